@@ -1,0 +1,91 @@
+"""The command line: the only place that knows Typer and Rich.
+
+Each command lives in its own module of this package: it parses, calls one library function and renders.
+`command` registers a function on `app` and turns a domain error (`fp8advisor.errors.AdvisorError`) into one
+message on stderr and its exit status (2 for unusable input); the traceback only with `--debug`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from fp8advisor import __version__
+from fp8advisor.errors import AdvisorError
+
+app = typer.Typer(
+    name="fp8advisor",
+    help="Measure where FP8 training pays on your GPU, and say exactly which Linear layers to convert.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+class _State:
+    debug = False
+
+
+state = _State()
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        console.print(f"fp8advisor {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    debug: bool = typer.Option(False, "--debug", help="Show the full traceback on errors."),
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    state.debug = debug
+
+
+def report_error(error: AdvisorError) -> None:
+    """One clear message on stderr: what is wrong, where, and what to do."""
+    err_console.print(Text("error: ", style="bold red") + Text(str(error)), soft_wrap=True)
+
+
+def command(*args, **kwargs) -> Callable:
+    """`app.command(...)` that also turns an AdvisorError into a message and its exit status."""
+
+    def register(function: Callable) -> Callable:
+        @functools.wraps(function)
+        def wrapper(*f_args, **f_kwargs):
+            try:
+                return function(*f_args, **f_kwargs)
+            except AdvisorError as error:
+                if state.debug:
+                    raise
+                report_error(error)
+                raise typer.Exit(error.exit_code) from None
+
+        app.command(*args, **kwargs)(wrapper)
+        return wrapper
+
+    return register
+
+
+def main() -> None:
+    app()
+
+
+# Each command module registers itself on `app` when imported.
+from fp8advisor.cli import (  # noqa: E402, F401
+    bench_cmd,
+    fit_cmd,
+    layers_cmd,
+    suggest_cmd,
+    verify_cmd,
+)

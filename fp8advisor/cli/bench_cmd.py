@@ -1,0 +1,1 @@
+"""`fp8advisor bench`: placeholder until its issue lands."""

@@ -1,0 +1,1 @@
+"""`fp8advisor suggest`: placeholder until its issue lands."""

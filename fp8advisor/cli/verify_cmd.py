@@ -1,0 +1,1 @@
+"""`fp8advisor verify`: placeholder until its issue lands."""

@@ -1,0 +1,47 @@
+"""Domain errors: each one is a problem the user can fix, with a message that says how.
+
+The CLI turns an `AdvisorError` into one line on stderr and exit status `exit_code` (2 unless a subclass says
+otherwise); no traceback unless `--debug`. Library callers catch them like any exception.
+"""
+
+from __future__ import annotations
+
+
+class AdvisorError(Exception):
+    """Base class. `message` says what is wrong, `hint` what to do about it, `location` where ("file.py:12")."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, hint: str | None = None, location: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.location = location
+
+    def __str__(self) -> str:
+        text = f"{self.location}: {self.message}" if self.location else self.message
+        return f"{text}\n  hint: {self.hint}" if self.hint else text
+
+
+class TargetError(AdvisorError):
+    """The model target cannot be found, built or run (missing file, syntax error, no nn.Module, ...)."""
+
+
+class ModelInputsError(TargetError):
+    """The model's forward needs inputs the tool cannot guess."""
+
+
+class ProfileError(AdvisorError):
+    """A profile is missing, unreadable or does not cover what was asked of it."""
+
+
+class ResultsError(AdvisorError):
+    """Benchmark results are missing, unreadable, emulated where real ones are needed, or mix machines."""
+
+
+class DeviceError(AdvisorError):
+    """No GPU, or a GPU without FP8 tensor cores (compute capability below 8.9)."""
+
+
+class ConfigError(AdvisorError):
+    """A training config file cannot be read or does not describe a float8 setup."""
