@@ -78,7 +78,9 @@ class ModelLayers:
     batch: int
     seq: int
     layers: tuple[GemmLayer, ...]
-    notes: tuple[str, ...] = field(default=())  # e.g. "tracing stopped at model.py:42 (.item()); 3 layers assumed"
+    notes: tuple[str, ...] = field(
+        default=()
+    )  # e.g. "tracing stopped at model.py:42 (.item()); 3 layers assumed"
 
     @property
     def tokens(self) -> int:
@@ -99,6 +101,570 @@ class ModelLayers:
         }
 
 
+# ----------------------------------------------------------------------------------------------------
+# Inspection
+
+# torch._scaled_mm needs K, N and (in the grad_weight GEMM, whose inner dimension is M) M divisible by 16.
+_M_DIVISOR = 16
+
+
+_DATA_DEPENDENT_WORDS = {
+    "_local_scalar_dense": "a tensor value read in Python: .item(), bool(), int() or an if on a tensor",
+    "nonzero": "nonzero / boolean-mask indexing: the output size depends on the values",
+}
+
+
+class _TracingStopped(Exception):
+    """The forward hit an op whose result depends on tensor values (`.item()`, `nonzero`): meta has none."""
+
+    def __init__(self, op: str, cause: BaseException | None = None):
+        super().__init__(op)
+        self.op = op
+        self.cause = cause
+
+
+@dataclass
+class _GemmCall:
+    """One aten GEMM that multiplies a parameter."""
+
+    parameter: object  # the nn.Parameter
+    op: str
+    M: int
+    K: int
+    N: int
+    inside: object | None  # the nn.Linear owning `parameter` that was running when the GEMM ran, if any
+
+
+def _storage_key(tensor) -> int | None:
+    try:
+        return tensor.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return None  # e.g. a tensor subclass without storage
+
+
+def _gemm_ops():
+    import torch
+
+    aten = torch.ops.aten
+    # op -> (index of A, index of B); A is (..., M, K) and B is (..., K, N)
+    table = {
+        aten.mm.default: (0, 1),
+        aten.addmm.default: (1, 2),
+        aten._addmm_activation.default: (1, 2),
+        aten.bmm.default: (0, 1),
+        aten.baddbmm.default: (1, 2),
+        aten._scaled_mm.default: (0, 1),
+    }
+    for name in ("_grouped_mm", "_scaled_grouped_mm"):
+        if hasattr(aten, name):
+            table[getattr(aten, name).default] = (0, 1)
+    return table
+
+
+def _value_ops():
+    import torch
+
+    aten = torch.ops.aten
+    # Ops whose output holds the same values as the input in a new storage: a weight cast to bf16 is still it.
+    return {aten._to_copy.default, aten.clone.default, aten.contiguous.default, aten._unsafe_view.default}
+
+
+def _make_recorder(parameters_by_storage: dict, active_linears: list, calls: list):
+    """A TorchDispatchMode that records every GEMM on a parameter (or a view or copy of one)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    gemm_ops = _gemm_ops()
+    value_ops = _value_ops()
+    data_dependent_tags = {torch.Tag.data_dependent_output, torch.Tag.dynamic_output_shape}
+    keep_alive: list = []  # copies of parameters: their storages must not be freed and reused while we trace
+
+    meta = torch.device("meta")
+    cacheable: dict = {}  # op -> whether its output is a fresh tensor whose metadata depends on its inputs
+    outputs_by_inputs: dict = {}  # (op, input metadata) -> output metadata
+
+    def is_cacheable(func) -> bool:
+        found = cacheable.get(func)
+        if found is None:
+            schema = func._schema
+            found = not (
+                func.is_view
+                or schema.is_mutable
+                or any(r.alias_info is not None for r in schema.returns)
+                or data_dependent_tags.intersection(func.tags)
+            )
+            cacheable[func] = found
+        return found
+
+    class GemmRecorder(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return False  # never runs under torch.compile; skipping would import torch._dynamo (3 s)
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            operands = gemm_ops.get(func)
+            if operands is not None:
+                self._record(func, args, operands)
+            # Meta kernels of most ops are Python refs (~300 us each); a model repeats the same op on the same
+            # shapes once per block. The output's metadata is a function of the inputs' metadata, so a cached
+            # answer is exact.
+            key = _metadata_key(func, args, kwargs, meta) if is_cacheable(func) else None
+            cached = outputs_by_inputs.get(key) if key is not None else None
+            if cached is not None:
+                out = _materialize(cached, meta)
+            else:
+                try:
+                    out = func(*args, **kwargs)
+                except Exception as error:
+                    if data_dependent_tags.intersection(func.tags):
+                        raise _TracingStopped(str(func.overloadpacket.__name__), error) from error
+                    raise
+                if key is not None:
+                    described = _describe_output(out)
+                    if described is not None:
+                        outputs_by_inputs[key] = described
+            if func in value_ops and args and isinstance(args[0], torch.Tensor):
+                parameter = parameters_by_storage.get(_storage_key(args[0]))
+                if parameter is not None and isinstance(out, torch.Tensor):
+                    parameters_by_storage[_storage_key(out)] = parameter
+                    keep_alive.append(out)
+            return out
+
+        def _record(self, func, args, operands):
+            a, b = args[operands[0]], args[operands[1]]
+            op = func.overloadpacket.__name__
+            parameter = parameters_by_storage.get(_storage_key(b))
+            if parameter is not None:  # x @ W: rows of x are M
+                K, N = a.shape[-1], b.shape[-1]
+                M = a.numel() // K if K else 0
+            else:
+                parameter = parameters_by_storage.get(_storage_key(a))
+                if parameter is None:
+                    return  # activations times activations (attention scores): no layer to convert
+                # W @ x: the output's columns play the part of rows
+                K, N = a.shape[-1], a.shape[-2]
+                M = b.numel() // b.shape[-2] if b.shape[-2] else 0
+            inside = active_linears[-1] if active_linears else None
+            calls.append(_GemmCall(parameter, op, int(M), int(K), int(N), inside))
+
+    return GemmRecorder()
+
+
+def _metadata_key(func, args, kwargs, meta) -> tuple | None:
+    """Everything a meta kernel can see of its inputs, hashable; None when something is not plain enough."""
+    import torch
+
+    parts: list = [func]
+
+    def add(value) -> bool:
+        if isinstance(value, torch.Tensor):
+            if type(value) not in (torch.Tensor, torch.nn.Parameter) or value.device != meta:
+                return False
+            parts.append(
+                (
+                    value.shape,
+                    value.stride(),
+                    value.dtype,
+                    value.storage_offset(),
+                    value.is_conj(),
+                    value.is_neg(),
+                )
+            )
+            return True
+        if isinstance(value, (list, tuple)):
+            parts.append(len(value))
+            return all(add(item) for item in value)
+        if value is None or isinstance(
+            value, (bool, int, float, str, torch.dtype, torch.device, torch.layout, torch.memory_format)
+        ):
+            parts.append((type(value), value))  # 2 and 2.0 promote differently
+            return True
+        return False
+
+    if not all(add(a) for a in args):
+        return None
+    for name in sorted(kwargs):
+        parts.append(name)
+        if not add(kwargs[name]):
+            return None
+    return tuple(parts)
+
+
+def _describe_output(out):
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        if type(out) is not torch.Tensor or out.storage_offset() != 0:
+            return None
+        return (out.shape, out.stride(), out.dtype)
+    if isinstance(out, (tuple, list)) and out and all(isinstance(o, torch.Tensor) for o in out):
+        described = [_describe_output(o) for o in out]
+        return None if any(d is None for d in described) else (type(out), tuple(described))
+    return None
+
+
+def _materialize(described, meta):
+    import torch
+
+    if isinstance(described[0], type):
+        kind, parts = described
+        return kind(_materialize(part, meta) for part in parts)
+    shape, stride, dtype = described
+    return torch.empty_strided(shape, stride, dtype=dtype, device=meta)
+
+
+def _torchao_names(model) -> dict[int, list[str]]:
+    """id(module) -> the FQNs under which torchao's conversion visits it (named_children, per parent)."""
+    visited: dict[int, list[str]] = {}
+
+    def walk(module, prefix: str, depth: int) -> None:
+        if depth > 200:
+            return  # a module that contains itself
+        for name, child in module.named_children():
+            fqn = f"{prefix}.{name}" if prefix else name
+            visited.setdefault(id(child), []).append(fqn)
+            walk(child, fqn, depth + 1)
+
+    walk(model, "", 0)
+    return visited
+
+
+def _all_names(model) -> dict[int, list[str]]:
+    names: dict[int, list[str]] = {}
+    for fqn, module in model.named_modules(remove_duplicate=False):
+        if fqn:
+            names.setdefault(id(module), [])
+            if fqn not in names[id(module)]:
+                names[id(module)].append(fqn)
+    return names
+
+
+def _stop_location(error: BaseException, source_file) -> str | None:
+    """file:line of the user's code where the forward stopped (the innermost frame outside torch and us)."""
+    import os
+    import traceback
+
+    from fp8advisor.target import user_location
+
+    found = user_location(source_file, error.__traceback__)
+    if found:
+        return found
+    torch_dir = os.path.dirname(os.path.dirname(__import__("torch").__file__))
+    own_dir = os.path.dirname(os.path.abspath(__file__))
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        path = os.path.abspath(frame.filename)
+        if not path.startswith(own_dir) and not path.startswith(os.path.join(torch_dir, "torch")):
+            return f"{frame.filename}:{frame.lineno}"
+    return None
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+
+
+def _run_forward(loaded, inputs, parameters_by_storage: dict, linears: list, debug: bool):
+    """One forward under the recorder and Linear hooks.
+
+    Returns (GEMM calls, calls per Linear, input rows per Linear, (what, where) if tracing stopped part-way
+    else None). Raises when the forward fails before anything ran.
+    """
+    import torch
+
+    from fp8advisor.errors import ModelInputsError, TargetError
+    from fp8advisor.target import redirect_devices
+
+    model = loaded.model
+    active: list = []
+    module_calls: dict[int, int] = {}
+    module_rows: dict[int, list[int]] = {}
+    calls: list[_GemmCall] = []
+
+    def before(module, args):
+        active.append(module)
+        module_calls[id(module)] = module_calls.get(id(module), 0) + 1
+        # Rows of the input, for a call whose GEMM is not an mm/addmm on its weight
+        x = args[0] if args else None
+        rows = x.numel() // module.in_features if isinstance(x, torch.Tensor) and module.in_features else 0
+        module_rows.setdefault(id(module), []).append(rows)
+
+    def after(module, _args, _output):
+        if active and active[-1] is module:
+            active.pop()
+
+    handles = []
+    for module in linears:
+        handles.append(module.register_forward_pre_hook(before))
+        handles.append(module.register_forward_hook(after))
+    stopped: tuple[str, str | None] | None = None  # (what, where)
+    recorder = _make_recorder(parameters_by_storage, active, calls)
+    # Training mode: float8 conversion is for training, and eval mode sends nn.MultiheadAttention down a fused
+    # fast path that multiplies its weights inside one op, out of the recorder's sight.
+    model.train()
+    try:
+        with torch.no_grad(), redirect_devices(loaded.device), recorder:
+            model(*inputs.args, **inputs.kwargs)
+    except _TracingStopped as error:
+        what = _DATA_DEPENDENT_WORDS.get(error.op, f"data-dependent aten.{error.op}")
+        stopped = (what, _stop_location(error, loaded.source_file))
+        if debug:
+            import traceback
+
+            traceback.print_exception(error)
+    except Exception as error:
+        where = _stop_location(error, loaded.source_file)
+        if not calls and not module_calls:
+            error_class = TargetError if inputs.how.startswith("example_inputs") else ModelInputsError
+            hint = (
+                "fix the model code or example_inputs; run with --debug for the full traceback"
+                if error_class is TargetError
+                else f"the tool guessed {inputs.how}; if forward wants something else, add to the file:\n"
+                "    def example_inputs(batch, seq):\n"
+                "        return (x,)   # forward's positional arguments (or a dict of keyword arguments)"
+            )
+            raise error_class(
+                f"the forward failed on {inputs.how}: {_first_line(error)}", location=where, hint=hint
+            ) from error
+        stopped = (_first_line(error), where)
+        if debug:
+            import traceback
+
+            traceback.print_exception(error)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+    return calls, module_calls, module_rows, stopped
+
+
+def inspect_loaded(loaded, *, batch: int = 1, seq: int = 8192, debug: bool = False) -> ModelLayers:
+    """Inspect a model already built by `fp8advisor.target.load_model` (on the meta device for speed)."""
+    from torch import nn
+
+    from fp8advisor.errors import TargetError
+
+    if batch < 1 or seq < 1:
+        raise TargetError(f"batch and seq must be positive (got batch {batch}, seq {seq})")
+    model = loaded.model
+    spec = loaded.spec
+    target_text = spec.text
+    notes: list[str] = [f"built by {loaded.built_by}"]
+
+    modules = list(model.named_modules())  # deduplicated: each module once, under its first name
+    linears = [(fqn, m) for fqn, m in modules if isinstance(m, nn.Linear)]
+    owners: dict[int, list[tuple[str, object, str]]] = {}  # id(param) -> [(module fqn, module, param name)]
+    parameters_by_storage: dict[int | None, nn.Parameter] = {}
+    for fqn, module in modules:
+        for name, parameter in module._parameters.items():
+            if parameter is None:
+                continue
+            owners.setdefault(id(parameter), []).append((fqn, module, name))
+            parameters_by_storage.setdefault(_storage_key(parameter), parameter)
+    parameters_by_storage.pop(None, None)
+
+    if not linears and not any(
+        p.dim() >= 2
+        for _, m in modules
+        for p in m._parameters.values()
+        if p is not None and not isinstance(m, (nn.Embedding, nn.modules.conv._ConvNd))
+    ):
+        raise TargetError(
+            f"{target_text} has no nn.Linear (and no other parameter a GEMM could multiply)",
+            location=str(loaded.source_file) if loaded.source_file else None,
+            hint="fp8advisor advises on nn.Linear layers; point it at a model that has some",
+        )
+
+    inputs = loaded.example_inputs(batch, seq)
+    notes.append(f"inputs: {inputs.how}")
+
+    calls, module_calls, module_rows, stopped = _run_forward(
+        loaded, inputs, parameters_by_storage, [m for _, m in linears], debug
+    )
+    layers = _build_layers(model, modules, owners, calls, module_calls, module_rows, stopped, batch * seq)
+    if stopped is not None:
+        what, where = stopped
+        assumed = sum(1 for layer in layers if "M assumed:" in (layer.reason or ""))
+        notes.append(
+            f"tracing stopped at {where or 'an unknown place'} ({what}); "
+            f"{assumed} layer(s) that had not run yet assumed M = batch x seq = {batch * seq}"
+        )
+    if not layers:
+        raise TargetError(
+            f"{target_text} has no nn.Linear and its forward multiplies no parameter",
+            hint="fp8advisor advises on nn.Linear layers; point it at a model that has some",
+        )
+    return ModelLayers(target=target_text, batch=batch, seq=seq, layers=tuple(layers), notes=tuple(notes))
+
+
+def _build_layers(
+    model, modules, owners, calls, module_calls, module_rows, stopped, assumed_M
+) -> list[GemmLayer]:
+    from torch import nn
+
+    torchao_names = _torchao_names(model)
+    all_names = _all_names(model)
+    per_linear: dict[int, list[int]] = {}  # id(module) -> M of each GEMM run inside its forward on its weight
+    outside_linear: dict[
+        int, list[int]
+    ] = {}  # id(module) -> M of GEMMs on its weight while it was not running
+    per_parameter: dict[tuple[int, str], list[_GemmCall]] = {}  # bare parameters: (id(module), name) -> calls
+    for call in calls:
+        entries = owners.get(id(call.parameter), [])
+        linear_owners = [e for e in entries if isinstance(e[1], nn.Linear) and e[2] == "weight"]
+        running = [e for e in linear_owners if e[1] is call.inside]
+        if running:
+            per_linear.setdefault(id(running[0][1]), []).append(call.M)
+        elif linear_owners:
+            outside_linear.setdefault(id(linear_owners[0][1]), []).append(call.M)
+        elif entries:
+            fqn, module, name = entries[0]
+            per_parameter.setdefault((id(module), name), []).append(call)
+
+    trace = _Trace(
+        owners=owners,
+        per_linear=per_linear,
+        outside_linear=outside_linear,
+        module_calls=module_calls,
+        module_rows=module_rows,
+        torchao_names=torchao_names,
+        all_names=all_names,
+        stopped=stopped,
+        assumed_M=assumed_M,
+    )
+    layers: list[GemmLayer] = []
+    for fqn, module in modules:
+        if isinstance(module, nn.Linear):
+            layers.append(_linear_layer(fqn, module, trace))
+        for name in module._parameters:
+            found = per_parameter.get((id(module), name))
+            if found:
+                layers.append(_parameter_layer(fqn, module, name, found, owners))
+    return layers
+
+
+def _tied_to(parameter, module, owners) -> str | None:
+    others = [fqn for fqn, owner, _ in owners.get(id(parameter), []) if owner is not module]
+    return others[0] if others else None
+
+
+def _divisibility_reason(K: int, N: int, Ms) -> str | None:
+    for label, value in (("K", K), ("N", N)):
+        if value % _M_DIVISOR:
+            return f"{label} = {value} is not a multiple of 16 (torch._scaled_mm)"
+    bad = sorted({m for m in Ms if m % _M_DIVISOR})
+    if bad:
+        return f"M = {bad[0]} is not a multiple of 16 (grad_weight GEMM; pad_inner_dim=True pads it)"
+    return None
+
+
+@dataclass
+class _Trace:
+    """What one traced forward saw, keyed by id(module) / id(parameter)."""
+
+    owners: dict  # id(parameter) -> [(module fqn, module, parameter name)]
+    per_linear: dict  # id(Linear) -> M of each GEMM on its weight while it ran
+    outside_linear: dict  # id(Linear) -> M of each GEMM on its weight while it did not run
+    module_calls: dict  # id(Linear) -> number of forward calls
+    module_rows: dict  # id(Linear) -> input rows of each call
+    torchao_names: dict  # id(module) -> FQNs torchao's conversion visits
+    all_names: dict  # id(module) -> every FQN it is registered under
+    stopped: tuple | None  # (what, where) when tracing stopped part-way
+    assumed_M: int  # batch x seq
+
+
+def _linear_layer(fqn: str, module, trace: _Trace) -> GemmLayer:
+    from torch import nn
+
+    K, N = module.in_features, module.out_features
+    cls = type(module).__name__
+    names = trace.all_names.get(id(module), [fqn])
+    aliases = tuple(n for n in names if n != fqn)
+    tied_to = _tied_to(module.weight, module, trace.owners)
+    Ms = tuple(trace.per_linear.get(id(module), ()))
+    called = trace.module_calls.get(id(module), 0)
+    if called and not Ms:
+        # Called, but no mm/addmm on its weight (a 1-D input, or a subclass that skips it): its input rows.
+        Ms = tuple(trace.module_rows.get(id(module), ()))
+    status, reason = LayerStatus.TRACED, None
+    if not called:
+        if trace.stopped is not None:
+            status, Ms = LayerStatus.ASSUMED, (trace.assumed_M,)
+            reason = f"M assumed: tracing stopped at {trace.stopped[1] or 'an unknown place'} before it ran"
+        else:
+            status = LayerStatus.NOT_CALLED
+            outside = trace.outside_linear.get(id(module))
+            used = f"; its weight is used directly (M {max(outside)})" if outside else ""
+            reason = f"the forward never calls it{used}: converting it changes nothing"
+    structural = None
+    if type(module).forward is not nn.Linear.forward:
+        structural = f"{cls} overrides nn.Linear.forward: conversion would silently drop that forward"
+    else:
+        swapped = trace.torchao_names.get(id(module), [])
+        skipped = [n for n in names if n not in swapped]
+        if skipped:
+            kept = swapped[0] if swapped else fqn
+            structural = (
+                f"one module under two names ({', '.join(names)}): torchao swaps only {kept}; "
+                f"calls through {', '.join(skipped)} stay bf16"
+            )
+    if status is not LayerStatus.NOT_CALLED:
+        problem = structural or _divisibility_reason(K, N, Ms)
+        if problem is not None:
+            if status is LayerStatus.ASSUMED:
+                problem = f"{problem}; {reason}"
+            status, reason = LayerStatus.NOT_CONVERTIBLE, problem
+    return GemmLayer(
+        fqn=fqn,
+        cls=cls,
+        K=K,
+        N=N,
+        M_per_call=Ms,
+        status=status,
+        reason=reason,
+        is_linear=True,
+        tied_to=tied_to,
+        aliases=aliases,
+    )
+
+
+def _parameter_layer(module_fqn: str, module, name: str, found: list, owners: dict) -> GemmLayer:
+    parameter = getattr(module, name)
+    fqn = f"{module_fqn}.{name}" if module_fqn else name
+    owner_cls = type(module).__name__
+    first = found[0]
+    if parameter.dim() >= 3:
+        cls = owner_cls
+        reason = (
+            f"{parameter.dim()}-D expert weights in torch.{first.op}, not nn.Linear "
+            "(see torchao.prototype.moe_training)"
+        )
+    else:
+        cls = "Parameter"
+        reason = f"bare parameter of {owner_cls} in aten.{first.op}, not nn.Linear: never converted"
+    others = [
+        f"{f}.{n}" if f else n for f, m, n in owners.get(id(parameter), []) if not (m is module and n == name)
+    ]
+    return GemmLayer(
+        fqn=fqn,
+        cls=cls,
+        K=first.K,
+        N=first.N,
+        M_per_call=tuple(c.M for c in found),
+        status=LayerStatus.NOT_CONVERTIBLE,
+        reason=reason,
+        is_linear=False,
+        tied_to=others[0] if others else None,
+    )
+
+
 def inspect_model(target: str, *, batch: int = 1, seq: int = 8192, debug: bool = False) -> ModelLayers:
-    """Build TARGET without allocating weights and list every GEMM-bearing layer with the M it sees."""
-    raise NotImplementedError  # issue 2
+    """Build TARGET without allocating weights and list every GEMM-bearing layer with the M it sees.
+
+    The model is built on the meta device (explicit devices redirected) and run once on meta tensors of
+    (batch, seq); an aten-level recorder ties each GEMM to the parameter it multiplies.
+    """
+    from fp8advisor.target import load_model
+
+    loaded = load_model(target, "meta")
+    return inspect_loaded(loaded, batch=batch, seq=seq, debug=debug)

@@ -1,1 +1,217 @@
-"""`fp8advisor bench`: placeholder until its issue lands."""
+"""`fp8advisor bench`: sweep the local GPU (or the CPU emulation) and save the results, then show heatmaps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.columns import Columns
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+from rich.text import Text
+
+from fp8advisor.cli import command, console, err_console
+from fp8advisor.errors import AdvisorError
+
+DEFAULT_OUT = Path("fp8advisor-results")
+
+
+def _integers(values: list[str] | None, option: str) -> list[int] | None:
+    """`--M 1024,4096 --M 8192` -> [1024, 4096, 8192]."""
+    if not values:
+        return None
+    numbers = []
+    for value in values:
+        for part in value.replace(" ", "").split(","):
+            if not part:
+                continue
+            try:
+                numbers.append(int(part))
+            except ValueError:
+                raise AdvisorError(
+                    f"{option} takes integers, got {part!r}", hint=f"e.g. {option} 1024,4096"
+                ) from None
+    return numbers
+
+
+def _names(values: list[str] | None) -> list[str] | None:
+    if not values:
+        return None
+    return [part for value in values for part in value.replace(" ", "").split(",") if part]
+
+
+def _speedup_style(speedup: float) -> str:
+    if speedup >= 1.05:
+        return "bold green"
+    if speedup > 0.95:
+        return "yellow"
+    return "red"
+
+
+def render_heatmaps(runs) -> None:
+    """One block per recipe, a K x N table per M, cells coloured by speedup (green: float8 pays)."""
+    from fp8advisor.report import format_speedup, heatmap_panels
+    from fp8advisor.results import pair_with_baseline
+
+    speedups = pair_with_baseline(runs)
+    panels = heatmap_panels(speedups)
+    if not panels:
+        console.print("no float8 point has a bf16 baseline yet: no heatmap")
+        return
+    basis = ", ".join(sorted({speedup.basis for speedup in speedups}))
+    for recipe, recipe_panels in panels.items():
+        console.rule(f"[bold]{recipe}[/]: speedup over bf16 ({basis})")
+        tables = []
+        for panel in recipe_panels:
+            table = Table(title=f"M = {panel.M}", title_style="bold", show_lines=False, padding=(0, 1))
+            table.add_column("K \\ N", justify="right", style="dim")
+            for N in panel.Ns:
+                table.add_column(str(N), justify="right")
+            for K, row in zip(panel.Ks, panel.cells, strict=True):
+                cells = [
+                    Text("·", style="dim")
+                    if cell is None
+                    else Text(format_speedup(cell), style=_speedup_style(cell))
+                    for cell in row
+                ]
+                table.add_row(str(K), *cells)
+            tables.append(table)
+        console.print(Columns(tables, padding=(0, 2)))
+
+
+def _print_summary(summary, emulate: bool) -> None:
+    records = summary.records
+    if summary.path is None:
+        console.print(
+            f"nothing to measure: all {summary.total_points} points of grid {summary.grid.name!r} are "
+            f"already saved ({', '.join(summary.resumed_from)})"
+        )
+        return
+    resumed = f", continuing {', '.join(summary.resumed_from)}" if summary.resumed_from else ""
+    console.print(
+        f"measured {len(records)} points in {summary.elapsed_s:.0f} s: [green]{summary.ok} ok[/], "
+        f"[red]{summary.failed} failed[/]; {summary.skipped_points} already saved{resumed}"
+    )
+    console.print(f"results: {summary.path}")
+    failed = [record for record in records if record["status"] == "failed"]
+    for record in failed[:10]:
+        console.print(
+            f"  [red]failed[/] M={record['M']} K={record['K']} N={record['N']} {record['recipe']}: "
+            f"{record['reason']}",
+            soft_wrap=True,
+        )
+    if len(failed) > 10:
+        console.print(f"  ... and {len(failed) - 10} more (see the results file)")
+    if emulate:
+        console.print(
+            "[bold yellow]EMULATED[/]: CPU wall-clock times of torchao's emulated float8, not GPU "
+            "measurements; `fp8advisor fit` refuses them for a real profile."
+        )
+
+
+@command("bench")
+def bench(
+    grid: Annotated[
+        str | None,
+        typer.Option(
+            "--grid", help="quick | default | llama | full (default: default; emulated with --emulate)."
+        ),
+    ] = None,
+    M: Annotated[
+        list[str] | None,
+        typer.Option("--M", help="Tokens per step (rows), overriding the grid: --M 1024,8192."),
+    ] = None,
+    K: Annotated[list[str] | None, typer.Option("--K", help="in_features, overriding the grid.")] = None,
+    N: Annotated[list[str] | None, typer.Option("--N", help="out_features, overriding the grid.")] = None,
+    recipes: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--recipes", help="tensorwise,rowwise,rowwise_with_gw_hp (default all); bf16 always runs."
+        ),
+    ] = None,
+    out: Annotated[
+        Path, typer.Option("--out", help="Results directory; a sweep resumes what is already there.")
+    ] = DEFAULT_OUT,
+    emulate: Annotated[
+        bool,
+        typer.Option("--emulate", help="Run on the CPU with emulated float8 (tiny grid, labelled emulated)."),
+    ] = False,
+    compile_workers: Annotated[
+        int | None,
+        typer.Option(
+            "--compile-workers", help="Processes pre-compiling graphs before timing (default: cores - 2)."
+        ),
+    ] = None,
+    png: Annotated[bool, typer.Option("--png/--no-png", help="Also write the heatmaps as a PNG.")] = True,
+) -> None:
+    """Measure float8 against bf16 on this GPU over a grid of (M, K, N): torchao's LayerNorm-Linear-Sigmoid
+    block, forward + backward, under torch.compile. Results go to --out as JSON Lines; Ctrl-C stops cleanly
+    and the same command resumes."""
+    from fp8advisor.bench import BenchSettings, SweepInterrupted, make_grid, run_sweep
+    from fp8advisor.device import require_fp8_gpu
+
+    if not emulate:
+        require_fp8_gpu()  # exit 2 with a clear message before anything else happens
+    chosen = make_grid(
+        grid,
+        M=_integers(M, "--M"),
+        K=_integers(K, "--K"),
+        N=_integers(N, "--N"),
+        recipes=_names(recipes),
+        emulate=emulate,
+    )
+    settings = BenchSettings(emulate=emulate, compile_workers=compile_workers)
+    console.print(
+        f"grid [bold]{chosen.name}[/]: {len(chosen.shapes)} shapes x {len(chosen.recipes)} configurations "
+        f"({', '.join(chosen.recipes)}) -> {out}" + ("  [yellow](emulated on the CPU)[/]" if emulate else "")
+    )
+    progress = Progress(
+        TextColumn("{task.description:<12}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[point]}", style="dim"),
+        console=console,
+        transient=False,
+    )
+    tasks: dict[str, int] = {}
+
+    def on_progress(stage: str, completed: int, total: int, description: str) -> None:
+        if stage not in tasks:
+            tasks[stage] = progress.add_task(stage, total=total, point="")
+        progress.update(tasks[stage], completed=completed, total=total, point=description)
+
+    try:
+        with progress:
+            summary = run_sweep(chosen, out, settings, on_progress=on_progress)
+    except SweepInterrupted as interrupted:
+        summary = interrupted.summary
+        err_console.print(
+            f"\ninterrupted: {summary.saved_points} of {summary.total_points} points are saved in {out} "
+            f"({len(summary.records)} from this run). Run the same command again to resume."
+        )
+        raise typer.Exit(130) from None
+    _print_summary(summary, emulate)
+    if not summary.runs:
+        return
+    render_heatmaps(summary.runs)
+    if png:
+        from fp8advisor.report import speedup_heatmaps_png
+
+        latest = summary.path or summary.runs[-1].path
+        try:
+            written = speedup_heatmaps_png(summary.runs, latest.with_name(latest.stem + "-heatmap.png"))
+        except AdvisorError as error:
+            err_console.print(f"[yellow]no PNG[/]: {error}", soft_wrap=True)
+        else:
+            console.print(f"heatmap: {written}")

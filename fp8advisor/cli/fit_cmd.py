@@ -1,1 +1,153 @@
-"""`fp8advisor fit`: placeholder until its issue lands."""
+"""`fp8advisor fit`: turn bench results (or a published speedup table) into a speedup profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from fp8advisor.cli import command, console
+from fp8advisor.errors import ResultsError
+
+
+def _parse_software(entries: list[str]) -> dict[str, str]:
+    software = {}
+    for entry in entries:
+        key, sep, value = entry.partition("=")
+        if not sep or not key:
+            raise ResultsError(f"--software {entry!r} is not KEY=VALUE", hint="e.g. --software torch=2.8.0a0")
+        software[key.strip()] = value.strip()
+    return software
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+@command("fit")
+def fit(
+    results: Annotated[
+        list[Path], typer.Argument(help="Bench results (.jsonl files or directories) or CSV speedup tables.")
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="Profile file to write (default: <user profile dir>/<name>.json)."
+        ),
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option(help="Profile name (default: <gpu>-<provenance>-<recipes>-<date>).")
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Mix results of different GPUs or software versions.")
+    ] = False,
+    allow_emulated: Annotated[
+        bool,
+        typer.Option(
+            "--allow-emulated",
+            help="Accept `bench --emulate` results (the profile says 'emulated'; for tests).",
+        ),
+    ] = False,
+    device: Annotated[
+        str | None, typer.Option(help="GPU of a CSV table, e.g. 'NVIDIA H100 80GB HBM3'.")
+    ] = None,
+    source: Annotated[
+        str | None, typer.Option(help="Where the figures come from (default: the inputs).")
+    ] = None,
+    method: Annotated[
+        str | None, typer.Option(help="How they were measured (default: from the results).")
+    ] = None,
+    software: Annotated[
+        list[str] | None, typer.Option(help="KEY=VALUE software version of a table (repeatable).")
+    ] = None,
+    created: Annotated[
+        str | None, typer.Option(help="Date stamped in the profile (default: today, UTC).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON document.")] = False,
+) -> None:
+    """Fit where float8 pays per recipe from measured speedups; report the error; write a profile."""
+    from fp8advisor.fit import fit_profile
+    from fp8advisor.profile import save_profile, user_profile_dir
+
+    report = fit_profile(
+        results,
+        name=name,
+        force=force,
+        allow_emulated=allow_emulated,
+        device_name=device,
+        source=source,
+        method=method,
+        software=_parse_software(software or []) or None,
+        created=created,
+    )
+    profile = report.profile
+    if as_json:
+        path = save_profile(profile, output or user_profile_dir() / f"{profile.name}.json")
+        console.print_json(data={**report.to_json(), "written": str(path)})
+        return
+    sources = f"{len(report.sources)} source(s)"
+    console.print(f"[bold]{profile.name}[/bold]: {profile.provenance}, {profile.device.name}, from {sources}")
+    for note in report.notes:
+        console.print(f"[yellow]note:[/yellow] {note}")
+
+    errors = Table(
+        title="Error on the measured points: the profile's predictor (leave-one-out) and, for comparison, "
+        "the unfitted roofline model",
+        title_justify="left",
+    )
+    for header in (
+        "recipe",
+        "predictor",
+        "points",
+        "median rel. error",
+        "worst rel. error",
+        "'speedup > 1' right",
+    ):
+        errors.add_column(header, justify="left" if header in ("recipe", "predictor") else "right")
+    for recipe, body in profile.recipes.items():
+        for label, error in (("fit, LOO", body.error), ("roofline", report.roofline_errors.get(recipe))):
+            if error is None:
+                errors.add_row(recipe, label, str(len(body.points)), "-", "-", "-")
+                continue
+            errors.add_row(
+                recipe,
+                label,
+                str(error.n),
+                _percent(error.median_relative_error),
+                _percent(error.worst_relative_error),
+                _percent(error.sign_accuracy),
+            )
+    console.print(errors)
+
+    for recipe, rows in report.thresholds.items():
+        table = Table(
+            title=f"{recipe}: where float8 pays (speedup > 1), per M, against torchao's auto filter",
+            title_justify="left",
+        )
+        table.add_column("M", justify="right", no_wrap=True)
+        table.add_column("pays", justify="right", no_wrap=True)
+        table.add_column("convert when", no_wrap=True)
+        table.add_column("agrees", justify="right", no_wrap=True)
+        table.add_column("torchao auto filter agrees", justify="right")
+        for row in rows:
+            torchao = (
+                "n/a (no rule)" if row.torchao_agreement is None else f"{row.torchao_agreement}/{row.cells}"
+            )
+            style = (
+                ""
+                if row.torchao_agreement is None or row.torchao_agreement >= row.rule_agreement
+                else "yellow"
+            )
+            table.add_row(
+                str(row.M),
+                f"{row.paying}/{row.cells}",
+                row.rule_text,
+                f"{row.rule_agreement}/{row.cells}",
+                f"[{style}]{torchao}[/{style}]" if style else torchao,
+            )
+        console.print(table)
+
+    path = save_profile(profile, output or user_profile_dir() / f"{profile.name}.json")
+    console.print(f"wrote {path}")

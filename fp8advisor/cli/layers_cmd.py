@@ -1,1 +1,173 @@
-"""`fp8advisor layers`: placeholder until its issue lands."""
+"""`fp8advisor layers TARGET`: every GEMM-bearing layer of a model with the (M, K, N) it really multiplies."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterable
+
+import typer
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from fp8advisor.cli import command, console, state
+from fp8advisor.layers import GemmLayer, LayerStatus, ModelLayers
+
+_STATUS_STYLE = {
+    LayerStatus.TRACED: "green",
+    LayerStatus.ASSUMED: "yellow",
+    LayerStatus.NOT_CALLED: "magenta",
+    LayerStatus.NOT_CONVERTIBLE: "red",
+}
+_INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.|$)")
+
+
+@command("layers")
+def layers(
+    target: str = typer.Argument(
+        ...,
+        help="model.py, model.py:NAME, 'model.py:NAME(key=value)', a Hugging Face config.json or its folder.",
+    ),
+    batch: int = typer.Option(1, "--batch", "-b", min=1, help="Sequences per step on one GPU."),
+    seq: int = typer.Option(8192, "--seq", "-s", min=1, help="Tokens per sequence."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (every layer, never grouped)."),
+    expand: bool = typer.Option(
+        False, "--all", "--no-group", help="One row per layer instead of grouping repeated blocks."
+    ),
+) -> None:
+    """List every Linear (and other GEMM) of TARGET: K, N, the M each call sees, and whether FP8 can take it.
+
+    The model is built on the meta device (no memory, any file written for a GPU works) and run once on fake
+    inputs of (batch, seq) tokens.
+
+    Example: fp8advisor layers data/models/llama3.py:llama3_70b --batch 1 --seq 8192
+    """
+    from fp8advisor.layers import inspect_model
+
+    inspected = inspect_model(target, batch=batch, seq=seq, debug=state.debug)
+    if as_json:
+        # Plain text, not console.print_json: highlighting 561 layers costs more than inspecting them.
+        sys.stdout.write(json.dumps(inspected.to_json(), indent=2) + "\n")
+        return
+    table, footnotes = render_table(inspected, group=not expand)
+    console.print(table)
+    for footnote in footnotes:
+        console.print(footnote)
+    console.print(summary_line(inspected))
+    for note in inspected.notes:
+        console.print(Text(f"note: {note}", style="dim"))
+
+
+def _ranges(indices: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> "0..2,5,7..8"."""
+    parts, start = [], indices[0]
+    for previous, current in zip(indices, indices[1:] + [None], strict=True):
+        if current != previous + 1 if current is not None else True:
+            parts.append(str(start) if start == previous else f"{start}..{previous}")
+            start = current
+    return ",".join(parts)
+
+
+def group_layers(layers: Iterable[GemmLayer]) -> list[tuple[str, GemmLayer, int]]:
+    """Rows for the table: layers that differ only in their first block index, and in nothing else, merge into
+    one row `layers.{0..79}.attention.wq` (name, the first layer, count), in order of first appearance."""
+    groups: dict[tuple, list[tuple[int | None, GemmLayer]]] = {}
+    for layer in layers:
+        match = _INDEX.search(layer.fqn)
+        if match is None:
+            key, index = (layer.fqn,), None
+        else:
+            template = f"{layer.fqn[: match.start()]}{{}}{layer.fqn[match.end() :]}"
+            tied = _INDEX.sub("#", layer.tied_to) if layer.tied_to else None
+            key = (template, layer.cls, layer.K, layer.N, layer.M_per_call, layer.status, layer.reason, tied)
+            index = int(match.group())
+        groups.setdefault(key, []).append((index, layer))
+    rows = []
+    for key, members in groups.items():
+        first = members[0][1]
+        if len(members) == 1:
+            rows.append((first.fqn, first, 1))
+        else:
+            indices = sorted(index for index, _ in members)
+            rows.append((key[0].replace("{}", f"{{{_ranges(indices)}}}"), first, len(members)))
+    return rows
+
+
+def _m_text(layer: GemmLayer) -> str:
+    distinct = sorted(set(layer.M_per_call))
+    if not distinct:
+        return "-"
+    return str(distinct[0]) if len(distinct) == 1 else f"{distinct[0]}..{distinct[-1]}"
+
+
+def render_table(inspected: ModelLayers, *, group: bool = True) -> tuple[Table, list[str]]:
+    """The table, and the footnotes its "see" column points to (reasons, ties, aliases; each written once)."""
+    rows = group_layers(inspected.layers) if group else [(layer.fqn, layer, 1) for layer in inspected.layers]
+    table = Table(
+        title=f"{inspected.target}  ·  batch {inspected.batch} x seq {inspected.seq} = "
+        f"{inspected.tokens} tokens",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=(0, 1),
+        collapse_padding=True,
+    )
+    footnotes: list[str] = []
+    marks = []
+    for _, layer, _ in rows:
+        row_marks = []
+        for note in _row_notes(layer):
+            if note not in footnotes:
+                footnotes.append(note)
+            row_marks.append(f"[{footnotes.index(note) + 1}]")
+        marks.append("".join(row_marks))
+    # Only the name columns fold when the terminal is narrow; numbers and status never do.
+    table.add_column("layer (FQN)", overflow="fold", ratio=1)
+    table.add_column("class", overflow="fold", max_width=24)
+    for header in ("K", "N", "M", "calls"):
+        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    if footnotes:
+        table.add_column("see", no_wrap=True)
+    for (name, layer, count), mark in zip(rows, marks, strict=True):
+        # A merged row says how many layers it stands for next to their class: "Linear x80".
+        cells = [name, f"{layer.cls} x{count}" if count > 1 else layer.cls]
+        cells += [str(layer.K), str(layer.N), _m_text(layer), str(layer.calls)]
+        cells.append(Text(layer.status.value, style=_STATUS_STYLE[layer.status]))
+        if footnotes:
+            cells.append(mark)
+        table.add_row(*cells)
+    return table, [f"[{number}] {note}" for number, note in enumerate(footnotes, start=1)]
+
+
+def _row_notes(layer: GemmLayer) -> list[str]:
+    notes = []
+    if layer.reason:
+        notes.append(layer.reason)
+    if layer.tied_to:
+        notes.append(f"weight tied to {layer.tied_to}")
+    if layer.aliases:
+        notes.append(f"also registered as {', '.join(layer.aliases)}")
+    return notes
+
+
+def summary_line(inspected: ModelLayers) -> Text:
+    counts = {status: 0 for status in LayerStatus}
+    for layer in inspected.layers:
+        counts[layer.status] += 1
+    linear = sum(1 for layer in inspected.layers if layer.is_linear)
+    other = len(inspected.layers) - linear
+    text = Text(f"{linear} nn.Linear" + (f" + {other} other GEMM parameter(s)" if other else "") + ": ")
+    parts = [
+        Text(f"{counts[status]} {status.value}", style=_STATUS_STYLE[status])
+        for status in LayerStatus
+        if counts[status]
+    ]
+    for i, part in enumerate(parts):
+        text.append_text(part)
+        if i < len(parts) - 1:
+            text.append(", ")
+    return text

@@ -1,1 +1,232 @@
-"""`fp8advisor suggest`: placeholder until its issue lands."""
+"""`fp8advisor suggest`: per-layer float8 advice, an exact filter list and a ready training config."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from fp8advisor.advise import AUTO, DEFAULT_MIN_SPEEDUP, Advice, advise, group_layers
+from fp8advisor.cli import command, console, err_console
+from fp8advisor.emit import ConfigFormat, Request, check, parse_format, render, write
+from fp8advisor.errors import AdvisorError
+from fp8advisor.recipes import ALL_RECIPES, Recipe, parse_recipe
+
+_FORMATS = ", ".join(f.value for f in ConfigFormat)
+
+
+def _format_for(fmt: str | None, path: str | None) -> ConfigFormat | None:
+    """--format, or the one a file name implies (.toml: torchtitan-toml, .json: filter)."""
+    if fmt is not None:
+        return parse_format(fmt)
+    if path is None:
+        return None
+    lowered = path.lower()
+    if lowered.endswith(".toml"):
+        return ConfigFormat.TORCHTITAN_TOML
+    if lowered.endswith(".json"):
+        return ConfigFormat.FILTER
+    raise AdvisorError(f"which config format should {path} hold?", hint=f"add --format (one of: {_FORMATS})")
+
+
+@command("suggest")
+def suggest(
+    target: str = typer.Argument(
+        ..., help="The model: model.py[:factory(args)], a HF config.json or directory."
+    ),
+    batch: int = typer.Option(1, "--batch", help="Sequences per step on one GPU."),
+    seq: int = typer.Option(8192, "--seq", help="Tokens per sequence."),
+    recipe: str = typer.Option(
+        AUTO,
+        "--recipe",
+        help="tensorwise, rowwise, rowwise_with_gw_hp, or auto (lowest predicted Linear time).",
+    ),
+    profile: str | None = typer.Option(
+        None, "--profile", help="Profile name or path (default: the best one for this GPU type)."
+    ),
+    min_speedup: float = typer.Option(
+        DEFAULT_MIN_SPEEDUP, "--min-speedup", help="Convert a layer when its predicted speedup reaches this."
+    ),
+    tensor_parallel: int = typer.Option(
+        1, "--tp", help="Tensor-parallel degree (each GPU multiplies a slice)."
+    ),
+    fmt: str | None = typer.Option(None, "--format", help=f"Config to write: {_FORMATS}."),
+    output: str | None = typer.Option(None, "-o", "--output", help="Write the config to this file."),
+    check_file: str | None = typer.Option(
+        None, "--check", help="Exit 0 if FILE equals what would be written now, 1 with a diff otherwise."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the advice as one JSON document."),
+) -> None:
+    """Decide layer by layer where float8 pays, and write the config that converts exactly those layers."""
+    if recipe != AUTO:
+        parse_recipe(recipe)  # a clear error before the model is built
+    if output is not None and check_file is not None:
+        raise AdvisorError(
+            "-o and --check do not go together", hint="write with -o, verify in CI with --check"
+        )
+    config_format = _format_for(fmt, output or check_file)
+
+    from fp8advisor.layers import inspect_model
+    from fp8advisor.profile import select_profile
+
+    with err_console.status(f"inspecting {target} ..."):
+        model_layers = inspect_model(target, batch=batch, seq=seq)
+    choice = select_profile(profile)
+    # torchtitan 0.3 has no tensorwise: "auto" chooses among the recipes the config can hold
+    allowed = tuple(
+        r for r in ALL_RECIPES if not (config_format is ConfigFormat.TORCHTITAN_PY and r is Recipe.TENSORWISE)
+    )
+    with err_console.status("predicting ..."):
+        advice = advise(
+            model_layers, choice, recipe, min_speedup, tensor_parallel=tensor_parallel, auto_recipes=allowed
+        )
+    request = Request(
+        target=target,
+        batch=batch,
+        seq=seq,
+        recipe=recipe,
+        profile=profile,
+        min_speedup=min_speedup,
+        tensor_parallel=tensor_parallel,
+    )
+
+    if check_file is not None:
+        assert config_format is not None
+        ok, diff = check(check_file, render(advice, config_format, request, output=check_file))
+        if ok:
+            err_console.print(f"{check_file} is up to date ({config_format.value}, {advice.proof_line()})")
+            return
+        regenerate = request.command(config_format, check_file, chosen_profile=advice.profile_name)
+        print(diff, end="")  # plain print: no Rich markup, emoji or wrapping in a diff
+        err_console.print(
+            Text(f"{check_file} is stale: ", style="bold red") + Text(f"regenerate it with: {regenerate}")
+        )
+        raise typer.Exit(1)
+
+    text = render(advice, config_format, request, output=output) if config_format is not None else None
+    if output is not None:
+        assert text is not None
+        write(output, text)
+    if as_json:
+        print(json.dumps(advice.to_json(), indent=2))  # plain print: Rich would wrap long strings
+        return
+    if config_format is not None and output is None:
+        # stdout holds the config alone, ready to pipe; the people's part goes to stderr
+        print(text, end="")
+        _print_brief(advice)
+        return
+    _print_report(advice)
+    if output is not None:
+        console.print(f"wrote {output} ({config_format.value})")
+
+
+def _speedup(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _short_reason(reason: str) -> str:
+    """'predicted 1.35x >= 1.20' -> '(>= 1.20)': the speedup has its own column; other reasons to their first
+    clause (the whole reason is in --json)."""
+    if reason.startswith("predicted ") and (" >= " in reason or " < " in reason):
+        return f"({reason.split('x ', 1)[1]})"
+    return f": {reason.split(': ', 1)[0]}"
+
+
+def _print_brief(advice: Advice) -> None:
+    err_console.print(
+        f"{advice.recipe.value} with profile {advice.profile_name}: "
+        f"{len(advice.convert_fqns)} layers to float8, "
+        f"predicted Linear-time speedup {_speedup(advice.strategy('advice').predicted_speedup)}; "
+        f"{advice.proof_line()}",
+        soft_wrap=True,
+    )
+    for warning in advice.warnings:
+        err_console.print(Text("warning: ", style="yellow") + Text(warning), soft_wrap=True)
+
+
+def _print_report(advice: Advice) -> None:
+    console.print(
+        Text(f"{advice.target}", style="bold")
+        + Text(f"  batch {advice.batch} x seq {advice.seq} = {advice.batch * advice.seq} tokens per step")
+    )
+    description = advice.profile_description
+    console.print(description if description.startswith("profile") else f"profile: {description}")
+    console.print(f"recipe:  {advice.recipe.value} ({advice.recipe_reason})")
+    for note in advice.notes:
+        console.print(Text(f"note: {note}", style="dim"))
+
+    groups = group_layers(advice.layers)
+    table = Table(
+        title="Layers (repeated blocks folded; full reasons with --json)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1, 0, 0),
+        pad_edge=False,
+    )
+    widest = min(max((len(group.pattern) for group in groups), default=6), 60)
+    table.add_column("layers", no_wrap=True, min_width=widest)
+    table.add_column("n", justify="right", no_wrap=True)
+    table.add_column("M", justify="right", no_wrap=True)
+    table.add_column("K x N", justify="right", no_wrap=True)
+    table.add_column("speedup", justify="right", no_wrap=True)
+    table.add_column("decision", min_width=12)
+    for group in groups:
+        layer = group.first
+        speedup = _speedup(layer.predicted_speedup)
+        if layer.how == "extrapolated":
+            speedup += "*"
+        decision = Text("float8", style="green") if layer.convert else Text("bf16", style="dim")
+        short = _short_reason(layer.reason)
+        decision.append(short if short.startswith(":") else f" {short}")
+        table.add_row(
+            group.pattern, str(group.count), str(layer.M), f"{layer.K}x{layer.N}", speedup, decision
+        )
+    console.print(table)
+    if any(layer.how == "extrapolated" for layer in advice.layers):
+        console.print(Text("* outside the profile's measured grid (extrapolated)", style="dim"))
+
+    summary = Table(
+        title="Predicted Linear-time speedup vs all-bf16",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    summary.add_column("strategy", no_wrap=True)
+    summary.add_column("layers in float8", justify="right")
+    summary.add_column("speedup", justify="right")
+    summary.add_column("note")
+    for strategy in advice.strategies:
+        summary.add_row(
+            strategy.label, str(len(strategy.converted)), _speedup(strategy.predicted_speedup), strategy.note
+        )
+    console.print(summary)
+
+    if advice.recipe_options:
+        options = Table(
+            title="Recipes considered (--recipe auto)",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+        )
+        for name in ("recipe", "provenance", "layers in float8", "speedup"):
+            options.add_column(name)
+        for option in advice.recipe_options:
+            options.add_row(
+                option.recipe.value,
+                option.provenance,
+                str(option.converted),
+                _speedup(option.predicted_speedup),
+            )
+        console.print(options)
+
+    fl = advice.filter_list
+    console.print(Text("filter_fqns (torchtitan, NeMo AutoModel; substring match):", style="bold"))
+    console.print(json.dumps(list(fl.entries)), markup=False, highlight=False, soft_wrap=True)
+    console.print(Text(advice.proof_line(), style="green" if fl.exact else "yellow"), soft_wrap=True)
+    for conflict in fl.conflicts:
+        console.print(Text(f"conflict: {conflict.describe()}", style="yellow"), soft_wrap=True)
+    for warning in advice.warnings:
+        console.print(Text("warning: ", style="yellow") + Text(warning), soft_wrap=True)

@@ -1,1 +1,171 @@
-"""`fp8advisor verify`: placeholder until its issue lands."""
+"""`fp8advisor verify`: does the config convert exactly the advised layers, and do they run in float8?"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from fp8advisor.advise import AUTO, DEFAULT_MIN_SPEEDUP
+from fp8advisor.cli import command, console, err_console
+from fp8advisor.recipes import parse_recipe
+
+#: Differences listed in full up to this many; the rest are counted (the table and --json have them all).
+_MAX_LISTED = 20
+#: Short words for the table's check column (the list under the table says it in full).
+_SHORT = {
+    "converted against the advice": "extra fp8",
+    "advised, left in bf16": "missing fp8",
+    "converted, never called": "never called",
+    "float8 missing where converted": "no fp8 ran",
+    "float8 where not converted": "fp8 leak",
+    "numerics": "low SQNR",
+}
+
+
+@command("verify")
+def verify_command(
+    target: str = typer.Argument(
+        ..., help="The model: model.py[:factory(args)], a HF config.json or directory."
+    ),
+    config: str = typer.Option(
+        ..., "--config", help="The training config to check (any format suggest writes)."
+    ),
+    batch: int = typer.Option(1, "--batch", help="Sequences per step on one GPU (for the advice)."),
+    seq: int = typer.Option(8192, "--seq", help="Tokens per sequence (for the advice)."),
+    recipe: str = typer.Option(
+        AUTO,
+        "--recipe",
+        help="Recipe to advise with; auto: the one the config names (a bare filter list: auto).",
+    ),
+    profile: str | None = typer.Option(None, "--profile", help="Profile name or path, as for suggest."),
+    min_speedup: float = typer.Option(DEFAULT_MIN_SPEEDUP, "--min-speedup", help="As for suggest."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON document."),
+) -> None:
+    """Convert the model as the config says, run one float8 step, and check it against the advice.
+
+    Exit 0 when the config converts exactly the advised layers and every check passes; 1 with what differs.
+    """
+    if recipe != AUTO:
+        parse_recipe(recipe)  # a clear error before the model is built
+    from fp8advisor.verify import verify
+
+    with err_console.status(f"verifying {config} on {target} ..."):
+        report = verify(
+            target, config, batch=batch, seq=seq, recipe=recipe, profile=profile, min_speedup=min_speedup
+        )
+    if as_json:
+        console.print_json(json.dumps(report.to_json()), indent=2, highlight=False)
+    else:
+        _print_report(report)
+    if not report.passed:
+        raise typer.Exit(report.exit_code)
+
+
+def _db(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return "inf" if math.isinf(value) else f"{value:.1f}"
+
+
+def _group(report) -> list[tuple[str, int, object]]:
+    """Fold rows that read the same (repeated blocks) into one: (pattern, count, first layer)."""
+    from fp8advisor.verify import group_key
+
+    groups: dict[tuple, list] = {}
+    for layer in report.layers:
+        key = (
+            group_key(layer.fqn),
+            layer.K,
+            layer.N,
+            layer.converted,
+            layer.advised,
+            layer.calls,
+            layer.float8_gemms,
+            layer.high_precision_gemms,
+            layer.problems,
+            layer.status,
+        )
+        groups.setdefault(key, []).append(layer)
+    rows = []
+    for (pattern, *_), members in groups.items():
+        rows.append((members[0].fqn if len(members) == 1 else pattern, len(members), members))
+    return rows
+
+
+def _print_report(report) -> None:
+    config = report.config
+    execution = report.execution
+    console.print(
+        Text(report.target, style="bold") + Text(f"  with {config.path} ({config.framework.value})"),
+        soft_wrap=True,
+    )
+    lines = [
+        f"config:  FP8 {'on' if config.enabled else 'OFF'}, recipe {report.recipe.value}, rule: "
+        f"{config.rule}",
+        f"advice:  profile {report.profile}, batch {report.batch} x seq {report.seq}, "
+        f"min speedup {report.min_speedup:g}",
+        f"run:     {execution.device}, {execution.mode}: {execution.why}",
+    ]
+    if execution.model_output_sqnr_db is not None:
+        lines.append(
+            f"         whole-model output SQNR float8 vs bf16: {_db(execution.model_output_sqnr_db)} dB"
+        )
+    for line in lines:
+        console.print(line, soft_wrap=True)
+    for note in report.notes:
+        console.print(Text(f"note: {note}", style="dim"), soft_wrap=True)
+
+    table = Table(title="Layers (repeated blocks folded)", title_justify="left")
+    table.add_column("layers", overflow="fold", ratio=3)
+    table.add_column("n", justify="right")
+    table.add_column("K x N", justify="right")
+    table.add_column("config (advice)")
+    table.add_column("GEMMs fp8/hp", justify="right")
+    table.add_column("SQNR dB out/grad", justify="right")
+    table.add_column("check")
+    for pattern, count, members in _group(report):
+        layer = members[0]
+        decision = Text("fp8", style="green") if layer.converted else Text("bf16", style="dim")
+        if layer.converted != layer.advised:
+            decision += Text(f" ({'fp8' if layer.advised else 'bf16'})", style="red")
+        outputs = [m.sqnr_output_db for m in members if m.sqnr_output_db is not None]
+        grads = [m.sqnr_grad_input_db for m in members if m.sqnr_grad_input_db is not None]
+        sqnr = "-" if not outputs else f"{_db(min(outputs))}/{_db(min(grads) if grads else None)}"
+        gemms = f"{layer.float8_gemms}/{layer.high_precision_gemms}" if layer.calls else "not run"
+        kinds = ", ".join(dict.fromkeys(_SHORT.get(p.split(":")[0], p.split(":")[0]) for p in layer.problems))
+        check = Text("ok", style="green") if layer.ok else Text(kinds, style="red")
+        table.add_row(pattern, str(count), f"{layer.K}x{layer.N}", decision, gemms, sqnr, check)
+    console.print(table)
+    console.print(
+        Text(
+            "SQNR: each converted layer alone, float8 vs its bf16 twin on the same input and gradient "
+            "(minimum over "
+            f"folded rows); flagged under {report.sqnr_threshold_db:g} dB",
+            style="dim",
+        )
+    )
+    converted, advised = len(report.converted), len(report.advised)
+    if report.passed:
+        console.print(
+            Text("PASS: ", style="bold green")
+            + Text(
+                f"the config converts exactly the {advised} advised layers, each ran float8 GEMMs "
+                "forward and "
+                "backward, no other layer did, and every SQNR clears the threshold"
+            )
+        )
+        return
+    console.print(
+        Text("FAIL: ", style="bold red")
+        + Text(
+            f"{len(report.differences)} difference(s); the config converts {converted}, the advice {advised}"
+        )
+    )
+    for difference in report.differences[:_MAX_LISTED]:
+        console.print(Text("  - ") + Text(difference.describe()), soft_wrap=True)
+    if len(report.differences) > _MAX_LISTED:
+        console.print(f"  ... and {len(report.differences) - _MAX_LISTED} more (see --json)")

@@ -1,0 +1,744 @@
+"""Per-layer float8 advice: which Linear layers to convert, with which recipe, and what that should buy.
+
+For each Linear the forward calls, the profile predicts the float8 forward+backward speedup at the layer's own
+(M, K, N) (`fp8advisor.predict.predicted_times_s`); a layer called several times is judged on its total time
+over its calls. A layer is converted when float8 conversion would swap it, the forward runs it (status
+`traced` or `assumed`), K and N are divisible by 16 and the predicted speedup reaches `min_speedup`.
+
+The summary puts three strategies side by side, each as predicted Linear time of all-bf16 / predicted Linear
+time of the strategy, over the Linear layers the forward runs: this advice; converting every convertible
+layer; and torchao's own `_auto_filter_for_recipe`, called for real on meta-device `nn.Linear` layers of the
+same shapes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fp8advisor.filters import FilterList, Framework, dims_divisible_by_16, shortest_exact_filter
+from fp8advisor.layers import GemmLayer, LayerStatus, ModelLayers
+from fp8advisor.recipes import ALL_RECIPES, Recipe, parse_recipe
+
+#: The default `min_speedup`. A layer converts only when predicted at least 5% faster: the shipped published
+#: H100 profile reproduces held-out points with a median error of 3.0% (leave-one-out over its 216 points,
+#: worst 13%; see each profile's `error`), so a prediction of 1.00-1.05 cannot be told from "no gain", and a
+#: layer that gains nothing should stay in bf16 (float8 costs numerical accuracy and memory for the casts).
+#: Layers below 1.05 are also the small ones, whose combined time is a small share of the model, so the margin
+#: costs little when the prediction is right.
+DEFAULT_MIN_SPEEDUP = 1.05
+
+#: Evidence ranks used to compare recipes: figures are compared only within one provenance.
+PROVENANCE_RANK = {"measured": 0, "published": 1, "modelled": 2, "emulated": 3}
+
+AUTO = "auto"
+
+#: `predictor(recipe, M, K, N)` -> an object with bf16_s, float8_s and speedup (a `predict.Prediction`), as
+#: `fp8advisor.predict.LayerTimes`.
+Predictor = Callable[[Recipe, int, int, int], Any]
+
+
+@dataclass(frozen=True)
+class LayerAdvice:
+    """The decision for one layer. `predicted_speedup` is None where nothing was predicted (not run, not a
+    Linear float8 can swap); `bf16_time_s`/`float8_time_s` are the predicted totals over all calls."""
+
+    fqn: str
+    M: int
+    K: int
+    N: int
+    calls: int
+    status: LayerStatus
+    is_linear: bool
+    convert: bool
+    reason: str
+    predicted_speedup: float | None = None
+    bf16_time_s: float = 0.0
+    float8_time_s: float = 0.0
+    provenance: str | None = None  # of the speedup figure
+    how: str | None = None  # interpolated / extrapolated / modelled
+
+    @property
+    def counts_in_linear_time(self) -> bool:
+        """The forward runs it and float8 could swap it: its time is part of every strategy's total."""
+        return self.predicted_speedup is not None
+
+    def to_json(self) -> dict:
+        return {
+            "fqn": self.fqn,
+            "M": self.M,
+            "K": self.K,
+            "N": self.N,
+            "predicted_speedup": None if self.predicted_speedup is None else round(self.predicted_speedup, 4),
+            "convert": self.convert,
+            "reason": self.reason,
+            "status": self.status.value,
+            "calls": self.calls,
+            "provenance": self.provenance,
+            "how": self.how,
+        }
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One way of choosing layers, and its predicted Linear-time speedup over all-bf16 (None: unavailable)."""
+
+    name: str
+    label: str
+    converted: tuple[str, ...]
+    predicted_speedup: float | None
+    note: str = ""
+
+    def to_json(self) -> dict:
+        return {
+            "label": self.label,
+            "converted": len(self.converted),
+            "predicted_speedup": None if self.predicted_speedup is None else round(self.predicted_speedup, 4),
+            "note": self.note,
+        }
+
+
+@dataclass(frozen=True)
+class RecipeOption:
+    """One recipe considered by `--recipe auto`."""
+
+    recipe: Recipe
+    provenance: str  # the weakest provenance among its layer figures
+    predicted_linear_time_s: float
+    predicted_speedup: float
+    converted: int
+
+    def to_json(self) -> dict:
+        return {
+            "recipe": self.recipe.value,
+            "provenance": self.provenance,
+            "predicted_linear_time_s": float(f"{self.predicted_linear_time_s:.6g}"),
+            "predicted_speedup": round(self.predicted_speedup, 4),
+            "converted": self.converted,
+        }
+
+
+@dataclass(frozen=True)
+class Advice:
+    """The advice for one model at one (batch, seq), recipe and profile; `to_json` is `suggest --json`."""
+
+    target: str
+    batch: int
+    seq: int
+    recipe: Recipe
+    recipe_reason: str
+    profile_name: str
+    profile_provenance: str
+    profile_description: str
+    min_speedup: float
+    tensor_parallel: int
+    layers: tuple[LayerAdvice, ...]
+    filter_list: FilterList
+    strategies: tuple[Strategy, ...]
+    warnings: tuple[str, ...] = ()
+    recipe_options: tuple[RecipeOption, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def convert_fqns(self) -> tuple[str, ...]:
+        """The advised float8 layers, sorted: what the exact (torchao, accelerate) module filters convert."""
+        return tuple(sorted(layer.fqn for layer in self.layers if layer.convert))
+
+    @property
+    def filter_fqns(self) -> tuple[str, ...]:
+        """The substring list for torchtitan / NeMo AutoModel (exact unless `filter_list.exact` is False)."""
+        return self.filter_list.entries
+
+    @property
+    def linear_fqns(self) -> tuple[str, ...]:
+        return tuple(layer.fqn for layer in self.layers if layer.is_linear)
+
+    def strategy(self, name: str) -> Strategy:
+        return next(s for s in self.strategies if s.name == name)
+
+    def proof_line(self) -> str:
+        """The simulation result, for people: what the filter list provably does."""
+        fl = self.filter_list
+        advised = len(self.convert_fqns)
+        linear = len(self.linear_fqns)
+        if fl.exact:
+            return (
+                f"simulated ({fl.framework.value} substring rule on all {linear} nn.Linear FQNs): "
+                f"converts exactly the {advised} advised layers"
+            )
+        return (
+            f"simulated ({fl.framework.value} substring rule on all {linear} nn.Linear FQNs): converts "
+            f"{len(fl.converted)} of the {advised} advised layers; no substring list can be exact "
+            f"({len(fl.conflicts)} conflict(s)), the other {len(fl.demoted)} stay in bf16"
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "target": self.target,
+            "batch": self.batch,
+            "seq": self.seq,
+            "recipe": self.recipe.value,
+            "recipe_reason": self.recipe_reason,
+            "profile": self.profile_name,
+            "profile_provenance": self.profile_provenance,
+            "min_speedup": self.min_speedup,
+            "tensor_parallel": self.tensor_parallel,
+            "filter_fqns": list(self.filter_fqns),
+            "convert_fqns": list(self.convert_fqns),
+            "layers": [layer.to_json() for layer in self.layers],
+            "summary": {
+                "linear_layers": len(self.linear_fqns),
+                "runs_in_forward": sum(1 for layer in self.layers if layer.counts_in_linear_time),
+                "converted": len(self.convert_fqns),
+                "strategies": {s.name: s.to_json() for s in self.strategies},
+                "filter": {
+                    "exact": self.filter_list.exact,
+                    "entries": len(self.filter_list.entries),
+                    "proof": self.proof_line(),
+                    "conflicts": [c.to_json() for c in self.filter_list.conflicts],
+                    "kept_bf16_by_conflict": sorted(self.filter_list.demoted),
+                },
+                "recipe_options": [option.to_json() for option in self.recipe_options],
+                "weights": "predicted bf16 forward+backward time of each layer (see each layer's provenance)",
+            },
+            "warnings": list(self.warnings),
+            "notes": list(self.notes),
+        }
+
+
+# --- prediction ---------------------------------------------------------------------------------------------
+
+
+def default_predictor(profile_choice) -> Predictor:
+    """Predictions of `fp8advisor.predict.predicted_times_s` for a `ProfileChoice` (or a `Profile`)."""
+    from fp8advisor.predict import predicted_times_s
+
+    def predict(recipe: Recipe, M: int, K: int, N: int):
+        return predicted_times_s(profile_choice, recipe, M, K, N)
+
+    return predict
+
+
+_HOW_RANK = {"interpolated": 0, "modelled": 1, "extrapolated": 2}
+
+
+def _predict_layer(
+    layer: GemmLayer, recipe: Recipe, predictor: Predictor, tensor_parallel: int
+) -> tuple[float, float, str, str]:
+    """(bf16 seconds, float8 seconds, provenance, how) summed over the layer's calls.
+
+    With tensor parallelism each GPU multiplies a 1/tp slice of K (row-parallel) or of N (column-parallel);
+    which one is not known here, so both are predicted and the slower float8 outcome is kept.
+    """
+    shapes = [(layer.K, layer.N)]
+    if tensor_parallel > 1:
+        shapes = [(layer.K // tensor_parallel, layer.N), (layer.K, layer.N // tensor_parallel)]
+    worst: tuple[float, float, str, str] | None = None
+    for K, N in shapes:
+        bf16 = float8 = 0.0
+        provenances: set[str] = set()
+        hows: set[str] = set()
+        for M in layer.M_per_call:
+            times = predictor(recipe, M, K, N)
+            bf16 += times.bf16_s
+            float8 += times.float8_s
+            provenances.add(times.speedup.provenance)
+            hows.add(times.speedup.how)
+        provenance = max(provenances, key=lambda p: PROVENANCE_RANK.get(p, 9))
+        how = max(hows, key=lambda h: _HOW_RANK.get(h, 9))
+        if worst is None or bf16 / float8 < worst[0] / worst[1]:
+            worst = (bf16, float8, provenance, how)
+    assert worst is not None
+    return worst
+
+
+def _decide(
+    layers: Sequence[GemmLayer],
+    recipe: Recipe,
+    predictor: Predictor,
+    min_speedup: float,
+    tensor_parallel: int,
+) -> list[LayerAdvice]:
+    decided = []
+    for layer in layers:
+        common = dict(
+            fqn=layer.fqn,
+            M=layer.M,
+            K=layer.K,
+            N=layer.N,
+            calls=layer.calls,
+            status=layer.status,
+            is_linear=layer.is_linear,
+        )
+        if not layer.convertible or not layer.is_linear:
+            if layer.status is LayerStatus.NOT_CALLED:
+                reason = "not called by the forward"
+            else:
+                reason = layer.reason or "float8 conversion does not apply"
+            decided.append(LayerAdvice(convert=False, reason=reason, **common))
+            continue
+        if not layer.M_per_call or not all(m > 0 for m in layer.M_per_call):
+            decided.append(LayerAdvice(convert=False, reason="no rows multiplied", **common))
+            continue
+        bf16, float8, provenance, how = _predict_layer(layer, recipe, predictor, tensor_parallel)
+        speedup = bf16 / float8
+        timing = dict(predicted_speedup=speedup, bf16_time_s=bf16, provenance=provenance, how=how)
+        sharded = [(layer.K // tensor_parallel, layer.N), (layer.K, layer.N // tensor_parallel)]
+        if not dims_divisible_by_16(layer.K, layer.N):
+            reason = f"K={layer.K} or N={layer.N} not divisible by 16 (float8 GEMMs need multiples of 16)"
+            decided.append(LayerAdvice(convert=False, reason=reason, float8_time_s=bf16, **timing, **common))
+        elif tensor_parallel > 1 and not all(dims_divisible_by_16(k, n) for k, n in sharded):
+            reason = f"a 1/{tensor_parallel} shard of K or N is not divisible by 16"
+            decided.append(LayerAdvice(convert=False, reason=reason, float8_time_s=bf16, **timing, **common))
+        elif speedup >= min_speedup:
+            reason = f"predicted {speedup:.2f}x >= {min_speedup:.2f}"
+            decided.append(LayerAdvice(convert=True, reason=reason, float8_time_s=float8, **timing, **common))
+        else:
+            reason = f"predicted {speedup:.2f}x < {min_speedup:.2f}"
+            decided.append(
+                LayerAdvice(convert=False, reason=reason, float8_time_s=float8, **timing, **common)
+            )
+    return decided
+
+
+def predicted_linear_speedup(
+    layers: Sequence[LayerAdvice], converted: set[str] | frozenset[str]
+) -> float | None:
+    """All-bf16 Linear time / Linear time when exactly `converted` run in float8 (layers the forward runs)."""
+    timed = [layer for layer in layers if layer.counts_in_linear_time]
+    bf16_total = sum(layer.bf16_time_s for layer in timed)
+    if bf16_total <= 0:
+        return None
+    strategy_total = sum(
+        layer.float8_time_s if layer.fqn in converted else layer.bf16_time_s for layer in timed
+    )
+    return bf16_total / strategy_total
+
+
+def _weakest(provenances: set[str]) -> str:
+    return max(provenances, key=lambda p: PROVENANCE_RANK.get(p, 9)) if provenances else "none"
+
+
+# --- torchao's own auto filter ------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _quiet_loggers(*names: str) -> Iterator[None]:
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def torchao_auto_filter_converts(layers: Sequence[GemmLayer], recipe: Recipe) -> set[str]:
+    """The FQNs torchao's real `_auto_filter_for_recipe(recipe, filter_fqns=[])` would convert.
+
+    The filter is called on `nn.Linear(K, N)` layers built on the meta device (no memory), one per layer with
+    its FQN, as `convert_to_float8_training` would call it. Raises NotImplementedError for rowwise_with_gw_hp,
+    as torchao does.
+    """
+    import torch
+    from torch import nn
+
+    with _quiet_loggers("torchao", "torch.utils._pytree"):  # its optional C extensions warn on every import
+        from torchao.float8.float8_linear_utils import _auto_filter_for_recipe
+
+    module_filter = _auto_filter_for_recipe(recipe.value, filter_fqns=[])
+    modules: dict[tuple[int, int], nn.Module] = {}
+    converted = set()
+    for layer in layers:
+        if not layer.is_linear:
+            continue
+        key = (layer.K, layer.N)
+        if key not in modules:
+            modules[key] = nn.Linear(layer.K, layer.N, bias=False, device=torch.device("meta"))
+        if module_filter(modules[key], layer.fqn):
+            converted.add(layer.fqn)
+    return converted
+
+
+# --- the advice ---------------------------------------------------------------------------------------------
+
+
+def _detect_capability() -> tuple[int, int] | None:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return tuple(torch.cuda.get_device_capability(0))  # type: ignore[return-value]
+    except Exception:  # no usable CUDA: advice from profiles still works
+        return None
+    return None
+
+
+def _fit_error(profile_choice, recipe: Recipe):
+    """The held-out error of the profile answering for `recipe`, None when unknown."""
+    try:
+        profile = (
+            profile_choice.profile_for(recipe) if hasattr(profile_choice, "profile_for") else profile_choice
+        )
+        return profile.recipe(recipe).error
+    except Exception:  # a stub or a profile without this recipe: no error figure to report
+        return None
+
+
+def _choose_recipe(
+    model_layers: ModelLayers,
+    profile_choice,
+    predictor: Predictor,
+    min_speedup: float,
+    tensor_parallel: int,
+    candidates: Sequence[Recipe] = ALL_RECIPES,
+) -> tuple[Recipe, str, tuple[RecipeOption, ...]]:
+    """`--recipe auto`: the recipe with the lowest predicted Linear time, compared within one provenance."""
+    options = []
+    for recipe in candidates:
+        if hasattr(profile_choice, "covers") and not profile_choice.covers(recipe):
+            continue
+        decided = _decide(model_layers.layers, recipe, predictor, min_speedup, tensor_parallel)
+        timed = [layer for layer in decided if layer.counts_in_linear_time]
+        if not timed:
+            continue
+        total = sum(layer.float8_time_s if layer.convert else layer.bf16_time_s for layer in timed)
+        bf16_total = sum(layer.bf16_time_s for layer in timed)
+        provenance = _weakest({layer.provenance for layer in timed if layer.provenance})
+        converted = sum(1 for layer in decided if layer.convert)
+        options.append(RecipeOption(recipe, provenance, total, bf16_total / total, converted))
+    if not options:
+        fallback = Recipe.ROWWISE if Recipe.ROWWISE in candidates else candidates[0]
+        return fallback, f"no recipe could be predicted for this model: {fallback.value} by default", ()
+    best_rank = min(PROVENANCE_RANK.get(o.provenance, 9) for o in options)
+    comparable = [o for o in options if PROVENANCE_RANK.get(o.provenance, 9) == best_rank]
+    others = [o for o in options if o not in comparable]
+    chosen = min(comparable, key=lambda o: (o.predicted_linear_time_s, ALL_RECIPES.index(o.recipe)))
+    figures = ", ".join(f"{o.recipe.value} {o.predicted_speedup:.3f}x" for o in comparable)
+    if len(comparable) > 1:
+        reason = f"lowest predicted Linear time among {figures} ({chosen.provenance} figures for each)"
+    else:
+        reason = f"the only recipe with {chosen.provenance} figures ({figures})"
+    if others:
+        skipped = ", ".join(f"{o.recipe.value} ({o.provenance}: {o.predicted_speedup:.3f}x)" for o in others)
+        reason += (
+            f"; not compared with {skipped}: figures of different provenance cannot be ranked against each "
+            f"other, so the recipe with the stronger evidence ({chosen.provenance}) wins"
+        )
+    return chosen.recipe, reason, tuple(options)
+
+
+def advise(
+    model_layers: ModelLayers,
+    profile_choice,
+    recipe: Recipe | str = AUTO,
+    min_speedup: float = DEFAULT_MIN_SPEEDUP,
+    *,
+    tensor_parallel: int = 1,
+    device_capability: tuple[int, int] | None | str = "detect",
+    compare_torchao_auto: bool = True,
+    framework: Framework | str = Framework.TORCHTITAN,
+    predictor: Predictor | None = None,
+    auto_recipes: Sequence[Recipe] = ALL_RECIPES,
+) -> Advice:
+    """Decide, layer by layer, whether float8 pays, and build the filter list that realises the decision.
+
+    `profile_choice`: a `fp8advisor.profile.ProfileChoice` (or `Profile`). `recipe`: a recipe name or "auto".
+    `device_capability`: the GPU's compute capability for the sm_89 warning ("detect": CUDA device 0; None: no
+    GPU). `framework`: the substring framework the filter list is simulated under (all three follow the same
+    rule). `predictor`: replaces the profile's predictions (tests). `auto_recipes`: the recipes "auto" may
+    pick (torchtitan 0.3 has no tensorwise).
+    """
+    if not (min_speedup > 0 and math.isfinite(min_speedup)):
+        from fp8advisor.errors import AdvisorError
+
+        raise AdvisorError(f"--min-speedup must be a positive number, not {min_speedup}", hint="e.g. 1.05")
+    if tensor_parallel < 1:
+        from fp8advisor.errors import AdvisorError
+
+        raise AdvisorError(
+            f"--tp must be 1 or more, not {tensor_parallel}", hint="the tensor-parallel degree"
+        )
+    predictor = predictor or default_predictor(profile_choice)
+    profile_name = getattr(profile_choice, "name", str(profile_choice))
+    profile_provenance = getattr(profile_choice, "provenance", "unknown")
+    describe = getattr(profile_choice, "describe", None)
+    profile_description = describe() if callable(describe) else profile_name
+
+    if str(recipe) == AUTO:
+        chosen, recipe_reason, options = _choose_recipe(
+            model_layers, profile_choice, predictor, min_speedup, tensor_parallel, tuple(auto_recipes)
+        )
+    else:
+        chosen, recipe_reason, options = parse_recipe(str(recipe)), "requested with --recipe", ()
+
+    decided = _decide(model_layers.layers, chosen, predictor, min_speedup, tensor_parallel)
+    advised = {layer.fqn for layer in decided if layer.convert}
+    filter_list = shortest_exact_filter(model_layers.layers, advised, framework)
+
+    convertible = {
+        layer.fqn
+        for layer in decided
+        if layer.counts_in_linear_time and dims_divisible_by_16(layer.K, layer.N)
+    }
+    strategies = [
+        Strategy("advice", "this advice", tuple(sorted(advised)), predicted_linear_speedup(decided, advised)),
+        Strategy(
+            "all_convertible",
+            "every convertible layer",
+            tuple(sorted(convertible)),
+            predicted_linear_speedup(decided, convertible),
+        ),
+    ]
+    if not filter_list.exact:
+        strategies.insert(
+            1,
+            Strategy(
+                "advice_filter",
+                "this advice via filter_fqns",
+                tuple(sorted(filter_list.converted)),
+                predicted_linear_speedup(decided, filter_list.converted),
+                note="torchtitan / NeMo AutoModel: conflicting layers kept in bf16",
+            ),
+        )
+    strategies.append(_torchao_strategy(model_layers, chosen, decided, compare_torchao_auto))
+
+    warnings = _warnings(
+        options,
+        model_layers,
+        decided,
+        chosen,
+        min_speedup,
+        tensor_parallel,
+        device_capability,
+        filter_list,
+        strategies,
+        profile_choice,
+    )
+    return Advice(
+        target=model_layers.target,
+        batch=model_layers.batch,
+        seq=model_layers.seq,
+        recipe=chosen,
+        recipe_reason=recipe_reason,
+        profile_name=profile_name,
+        profile_provenance=profile_provenance,
+        profile_description=profile_description,
+        min_speedup=min_speedup,
+        tensor_parallel=tensor_parallel,
+        layers=tuple(decided),
+        filter_list=filter_list,
+        strategies=tuple(strategies),
+        warnings=tuple(warnings),
+        recipe_options=options,
+        notes=tuple(model_layers.notes),
+    )
+
+
+def _torchao_strategy(
+    model_layers: ModelLayers, recipe: Recipe, decided: Sequence[LayerAdvice], enabled: bool
+) -> Strategy:
+    label = "torchao auto filter"
+    if not enabled:
+        return Strategy("torchao_auto", label, (), None, note="not computed")
+    try:
+        converted = torchao_auto_filter_converts(model_layers.layers, recipe)
+    except NotImplementedError:
+        return Strategy(
+            "torchao_auto",
+            label,
+            (),
+            None,
+            note=f"not available: torchao's _auto_filter_for_recipe raises NotImplementedError for "
+            f"{recipe.value}",
+        )
+    except ImportError as error:
+        return Strategy(
+            "torchao_auto", label, (), None, note=f"not available: torchao cannot be imported ({error})"
+        )
+    timed = {layer.fqn for layer in decided if layer.counts_in_linear_time}
+    return Strategy(
+        "torchao_auto",
+        label,
+        tuple(sorted(converted)),
+        predicted_linear_speedup(decided, converted & timed),
+        note="(K, N) thresholds; M ignored",
+    )
+
+
+def _warnings(
+    options: Sequence[RecipeOption],
+    model_layers: ModelLayers,
+    decided: Sequence[LayerAdvice],
+    recipe: Recipe,
+    min_speedup: float,
+    tensor_parallel: int,
+    device_capability,
+    filter_list: FilterList,
+    strategies: Sequence[Strategy],
+    profile_choice,
+) -> list[str]:
+    warnings = []
+    capability = _detect_capability() if device_capability == "detect" else device_capability
+    if capability is not None and tuple(capability) < (8, 9):
+        warnings.append(
+            f"this GPU (compute capability {capability[0]}.{capability[1]}) has no FP8 tensor cores "
+            "(sm_89 or newer: Ada, Hopper, Blackwell): float8 training will not run here; the advice is for "
+            "the profile's GPU"
+        )
+    converted = [layer for layer in decided if layer.convert]
+    # every called Linear float8 could swap: a layer kept in bf16 only because of M needs the same fix
+    odd = sorted(
+        {
+            m
+            for layer in model_layers.layers
+            if layer.is_linear and dims_divisible_by_16(layer.K, layer.N)
+            for m in layer.M_per_call
+            if m % 16
+        }
+    )
+    if odd:
+        warnings.append(
+            f"{len(odd)} token count(s) per call not divisible by 16 (M = {', '.join(map(str, odd[:5]))}): "
+            "float8's "
+            "grad_weight GEMM multiplies over the tokens, which must be a multiple of 16; pad sequences to a "
+            "multiple of 16 (NeMo AutoModel examples: dataloader collate_fn pad_seq_len_divisible: 16) "
+            "or set "
+            "Float8LinearConfig(pad_inner_dim=True)"
+        )
+    if tensor_parallel > 1:
+        warnings.append(
+            f"tensor parallelism {tensor_parallel}: each GPU multiplies a 1/{tensor_parallel} slice of K "
+            "or N; "
+            "predictions take the slower of the two slicings per layer. torchtitan runs rowwise recipes with "
+            "tensor parallelism in bf16 all-gathers (float8 all-gather needs tensorwise); smaller shards "
+            "gain less "
+            "(pytorch/torchtitan#1207)"
+        )
+    if not converted:
+        timed = [layer for layer in decided if layer.counts_in_linear_time]
+        best = max(timed, key=lambda layer: layer.predicted_speedup or 0, default=None)
+        detail = f" (best: {best.fqn} at {best.predicted_speedup:.2f}x)" if best else ""
+        others = [o for o in options if o.recipe is not recipe and o.converted and o.predicted_speedup > 1]
+        hint = "".join(
+            f"; {o.provenance} figures predict {o.recipe.value} at {o.predicted_speedup:.2f}x: measure it "
+            "(fp8advisor bench) before relying on it"
+            for o in others
+        )
+        warnings.append(
+            f"nothing worth converting: no layer is predicted to reach {min_speedup:.2f}x with {recipe.value}"
+            f"{detail}; train in bf16, or a larger batch x seq{hint}"
+        )
+    if not filter_list.exact:
+        advice = next(s for s in strategies if s.name == "advice")
+        via = next(s for s in strategies if s.name == "advice_filter")
+        names = "; ".join(c.describe() for c in filter_list.conflicts)
+        cost = ""
+        if advice.predicted_speedup and via.predicted_speedup:
+            cost = f": predicted {via.predicted_speedup:.3f}x instead of {advice.predicted_speedup:.3f}x"
+        warnings.append(
+            f"no filter_fqns list can be exact: {names}. torchtitan / NeMo AutoModel keep "
+            f"{', '.join(sorted(filter_list.demoted))} in bf16 too (the safe choice){cost}; the torchao and "
+            "accelerate configs convert exactly the advised set"
+        )
+    modelled = [layer for layer in decided if layer.counts_in_linear_time and layer.provenance == "modelled"]
+    if modelled:
+        warnings.append(
+            f"{len(modelled)} layer figure(s) for {recipe.value} come from the roofline model, not a "
+            "measurement: measure this GPU with `fp8advisor bench` and `fit` before relying on them"
+        )
+    extrapolated = sum(1 for layer in converted if layer.how == "extrapolated")
+    if extrapolated:
+        warnings.append(
+            f"{extrapolated} converted layer(s) are predicted outside the profile's measured grid "
+            "(extrapolated)"
+        )
+    error = _fit_error(profile_choice, recipe)
+    if error is not None and error.median_relative_error > min_speedup - 1:
+        warnings.append(
+            f"the profile's held-out median error for {recipe.value} "
+            f"({error.median_relative_error:.1%}) exceeds "
+            f"the --min-speedup margin ({min_speedup - 1:.1%}): layers near the threshold may be misjudged"
+        )
+    return warnings
+
+
+@dataclass(frozen=True)
+class LayerGroup:
+    """Layers that differ only in their block numbers and share one decision: one table row.
+
+    `pattern` writes the numbers as ranges: `layers.{0..79}.attention.wq`.
+    """
+
+    pattern: str
+    fqns: tuple[str, ...]
+    first: LayerAdvice  # every member has its shape, speedup (to 2 decimals), decision and reason
+
+    @property
+    def count(self) -> int:
+        return len(self.fqns)
+
+
+def _ranges(numbers: Sequence[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0..2,5,7..8'."""
+    values = sorted(set(numbers))
+    parts: list[str] = []
+    start = previous = values[0]
+    for value in values[1:] + [None]:  # type: ignore[operator]
+        if value is not None and value == previous + 1:
+            previous = value
+            continue
+        parts.append(str(start) if start == previous else f"{start}..{previous}")
+        if value is not None:
+            start = previous = value
+    return ",".join(parts)
+
+
+def group_layers(layers: Sequence[LayerAdvice]) -> list[LayerGroup]:
+    """Fold repeated blocks into one row each, in model order (the first member's position)."""
+    groups: dict[tuple, list[LayerAdvice]] = {}
+    for layer in layers:
+        parts = layer.fqn.split(".")
+        shape = tuple("#" if part.isdigit() else part for part in parts)
+        speedup = None if layer.predicted_speedup is None else round(layer.predicted_speedup, 2)
+        key = (shape, layer.M, layer.K, layer.N, speedup, layer.convert, layer.reason, layer.status)
+        groups.setdefault(key, []).append(layer)
+    result = []
+    for (shape, *_), members in groups.items():
+        if len(members) == 1:
+            pattern = members[0].fqn
+        else:
+            numbers = [[int(p) for p in m.fqn.split(".") if p.isdigit()] for m in members]
+            words, index = [], 0
+            for part in shape:
+                if part == "#":
+                    values = [n[index] for n in numbers]
+                    index += 1
+                    words.append(str(values[0]) if len(set(values)) == 1 else "{" + _ranges(values) + "}")
+                else:
+                    words.append(part)
+            pattern = ".".join(words)
+        result.append(LayerGroup(pattern, tuple(m.fqn for m in members), members[0]))
+    return result
+
+
+__all__ = [
+    "AUTO",
+    "DEFAULT_MIN_SPEEDUP",
+    "Advice",
+    "LayerAdvice",
+    "LayerGroup",
+    "RecipeOption",
+    "Strategy",
+    "advise",
+    "default_predictor",
+    "group_layers",
+    "predicted_linear_speedup",
+    "torchao_auto_filter_converts",
+]

@@ -1,0 +1,905 @@
+"""Read a training config FILE the way its framework would: is FP8 on, with which recipe, and which Linear
+converts.
+
+Every format `fp8advisor suggest` writes is read here, and hand-written files in the same formats:
+
+- torchtitan-toml: torchtitan 0.2.x job config. `[model] converters` must hold "quantize.linear.float8";
+  `[quantize.linear.float8]` recipe_name (absent = tensorwise), filter_fqns (substring), an
+  "auto_filter_small_kn" entry switching to torchao's `_auto_filter_for_recipe`. Unknown keys, and recipe_name
+  together with enable_fsdp_float8_all_gather, are rejected as torchtitan rejects them.
+- torchtitan-py: torchtitan 0.3 recipe function; the keyword literals of `Float8LinearConverter.Config(...)`
+  (recipe_name absent = rowwise, its default there). Read with `ast`, never run.
+- nemo-automodel: NeMo AutoModel YAML. `fp8.enabled` must be true; recipe_name (null = tensorwise);
+  filter_fqns (substring). Unknown keys are ignored, as NeMo ignores them (and named in `notes`).
+- accelerate: Python, `AORecipeKwargs(config=..., module_filter_func=...)`; without a filter function
+  accelerate keeps the first and the last nn.Linear in bf16.
+- torchao: Python, `convert_to_float8_training(model, config=..., module_filter_fn=...)`.
+- filter: a bare list of filter_fqns (YAML or JSON; a mapping with `filter_fqns` is accepted too), matched by
+  substring with the divisibility rule, as torchtitan, NeMo and torchao's auto filter match it.
+
+Python files are parsed, never imported. The recipe comes from the literal in
+`Float8LinearConfig.from_recipe_name("...")` or `Float8LinearConfig(...)`. The filter function
+(`module_filter_fn` / `module_filter_func`) decides exactly which layers the framework converts, so knowing
+its answer means running it: we compile ONLY that function's definition (or lambda), with the literal
+module-level constants it names plus `torch` and `nn`, under a short list of builtins (no `open`, no
+`__import__`). Nothing else in the file runs: no imports of the user's packages, no model, no training. This
+is the very code the framework itself runs, with the same arguments, on the same modules, when the user's
+training starts, and the user asked `verify` to check exactly that code. A filter that needs more (other
+functions of the file, imported helpers) is reported as a ConfigError naming what is missing, never guessed.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from fp8advisor.errors import ConfigError
+from fp8advisor.recipes import Recipe
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+#: The filter_fqns entry with which torchtitan switches to torchao's `_auto_filter_for_recipe`.
+AUTO_FILTER_FLAG = "auto_filter_small_kn"
+
+#: torchtitan 0.2.x: the converter name and the keys `[quantize.linear.float8]` accepts
+#: (torchtitan/config/job_config.py).
+TORCHTITAN_CONVERTER = "quantize.linear.float8"
+TORCHTITAN_FLOAT8_KEYS = frozenset(
+    {
+        "enable_fsdp_float8_all_gather",
+        "precompute_float8_dynamic_scale_for_fsdp",
+        "recipe_name",
+        "filter_fqns",
+        "emulate",
+    }
+)
+#: NeMo AutoModel FP8Config fields (nemo_automodel/components/quantization/fp8.py) plus the `enabled` switch.
+NEMO_FP8_KEYS = frozenset(
+    {
+        "enabled",
+        "recipe_name",
+        "enable_fsdp_float8_all_gather",
+        "precompute_float8_dynamic_scale_for_fsdp",
+        "force_recompute_fp8_weight_in_bwd",
+        "filter_fqns",
+        "emulate",
+    }
+)
+#: `Float8LinearConfig(...)` keywords that keep the default (tensorwise) scaling.
+_TENSORWISE_KEYWORDS = frozenset(
+    {
+        "emulate",
+        "enable_fsdp_float8_all_gather",
+        "pad_inner_dim",
+        "force_recompute_fp8_weight_in_bwd",
+        "round_scales_to_power_of_2",
+    }
+)
+#: The builtins a filter function may use: enough for name and shape tests, nothing that reaches outside.
+_FILTER_BUILTINS = {
+    name: getattr(builtins, name)
+    for name in (
+        "isinstance",
+        "issubclass",
+        "any",
+        "all",
+        "len",
+        "set",
+        "frozenset",
+        "tuple",
+        "list",
+        "dict",
+        "str",
+        "int",
+        "bool",
+        "getattr",
+        "hasattr",
+        "min",
+        "max",
+        "sorted",
+        "range",
+        "enumerate",
+        "zip",
+        "reversed",
+        "abs",
+        "ValueError",
+        "TypeError",
+        "KeyError",
+        "AttributeError",
+    )
+}
+
+Predicate = Callable[[nn.Module, str], bool]
+
+
+class Framework(str, Enum):
+    """Which training framework reads the file; the values are `suggest --format` names."""
+
+    TORCHTITAN_TOML = "torchtitan-toml"
+    TORCHTITAN_PY = "torchtitan-py"
+    NEMO_AUTOMODEL = "nemo-automodel"
+    ACCELERATE = "accelerate"
+    TORCHAO = "torchao"
+    FILTER = "filter"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# ----------------------------------------------------------------------------------------------------
+# The matching rules, as each framework codes them
+
+
+def divisible_by_16(module: nn.Module) -> bool:
+    """torch._scaled_mm needs K and N divisible by 16; every framework skips a Linear whose weight is not."""
+    out_features, in_features = module.weight.shape
+    return in_features % 16 == 0 and out_features % 16 == 0
+
+
+def substring_rule(filter_fqns: tuple[str, ...]) -> Predicate:
+    """torchtitan `module_filter_fn`, NeMo `_module_filter_fn`: an nn.Linear, K and N % 16 == 0, no entry a
+    substring of the FQN."""
+
+    def decides(module: nn.Module, fqn: str) -> bool:
+        if any(entry in fqn for entry in filter_fqns):
+            return False
+        return isinstance(module, nn.Linear) and divisible_by_16(module)
+
+    return decides
+
+
+def torchao_auto_filter(recipe: Recipe, filter_fqns: tuple[str, ...]) -> Predicate:
+    """torchao's own `_auto_filter_for_recipe` (the real function), as torchtitan calls it."""
+    from torchao.float8 import _auto_filter_for_recipe
+
+    try:
+        return _auto_filter_for_recipe(recipe.value, filter_fqns=list(filter_fqns))
+    except NotImplementedError:
+        raise ConfigError(
+            f'"{AUTO_FILTER_FLAG}" has no rule for recipe {recipe.value}: torchao raises NotImplementedError',
+            hint="use recipe tensorwise or rowwise with the auto filter, or list the layers in filter_fqns",
+        ) from None
+
+
+def accelerate_default_rule(model: nn.Module | None) -> Predicate:
+    """accelerate's `filter_linear_layers`: K and N % 16 == 0, and not the first or the last nn.Linear."""
+    if model is None:
+        raise ValueError(
+            "accelerate's default filter depends on the model: call FrameworkConfig.filter_for(model)"
+        )
+    linear_names = [name for name, module in model.named_modules() if isinstance(module, nn.Linear)]
+    first_last = {linear_names[0], linear_names[-1]} if linear_names else set()
+
+    def decides(module: nn.Module, fqn: str) -> bool:
+        if isinstance(module, nn.Linear) and not divisible_by_16(module):
+            return False
+        return fqn not in first_last
+
+    return decides
+
+
+def _nothing(module: nn.Module, fqn: str) -> bool:
+    return False
+
+
+# ----------------------------------------------------------------------------------------------------
+# The result
+
+
+@dataclass(frozen=True)
+class FrameworkConfig:
+    """What a training framework does with one config file.
+
+    `filter_for(model)` is the exact `module_filter_fn` the framework hands to torchao's
+    `convert_to_float8_training` (True = convert); `decides(module, fqn)` is the same for rules that do not
+    depend on the whole model (all but accelerate's default). `filter_fqns` are the substring entries when the
+    rule has them (for a Python filter: the names in its one literal set, when it has one).
+    """
+
+    framework: Framework
+    path: Path
+    enabled: bool  # False: the framework trains in bf16 whatever the rest says
+    recipe: Recipe | None  # None: the file does not say (a bare filter list); the caller supplies one
+    filter_fqns: tuple[str, ...] | None  # substring entries; None when the rule is a Python function
+    rule: str  # the matching rule in words, e.g. "substring filter_fqns + K, N % 16 == 0"
+    compile_enabled: bool | None = None  # what the file says about torch.compile; None when it does not say
+    notes: tuple[str, ...] = ()  # things a user should know (ignored keys, FP8 off, ...)
+    _rule_factory: Callable[[nn.Module | None], Predicate] = field(
+        default=lambda model: _nothing, repr=False, compare=False
+    )
+
+    def filter_for(self, model: nn.Module | None = None) -> Predicate:
+        """The framework's module filter for `model`: `(module, fqn) -> bool`, True = convert to float8."""
+        if not self.enabled:
+            return _nothing
+        return self._rule_factory(model)
+
+    def decides(self, module: nn.Module, fqn: str) -> bool:
+        """True when the framework converts `module` (registered as `fqn`) to float8."""
+        return self.filter_for(None)(module, fqn)
+
+    def with_recipe(self, recipe: Recipe) -> FrameworkConfig:
+        """A bare filter list completed with the recipe the caller chose (`--recipe`, or the advice's): the
+        rule with the auto-filter flag depends on it. Other formats name their recipe: unchanged."""
+        if self.framework is not Framework.FILTER:
+            return self
+        rule, factory, notes = _substring_or_auto(recipe, self.filter_fqns or (), auto_passes_linear=True)
+        return replace(
+            self,
+            recipe=recipe,
+            rule=rule,
+            notes=tuple(dict.fromkeys(self.notes + notes)),
+            _rule_factory=factory,
+        )
+
+    def to_json(self) -> dict:
+        return {
+            "framework": self.framework.value,
+            "path": str(self.path),
+            "enabled": self.enabled,
+            "recipe": self.recipe.value if self.recipe else None,
+            "filter_fqns": list(self.filter_fqns) if self.filter_fqns is not None else None,
+            "rule": self.rule,
+            "compile_enabled": self.compile_enabled,
+            "notes": list(self.notes),
+        }
+
+
+# ----------------------------------------------------------------------------------------------------
+# Reading
+
+
+def detect_framework(path: Path, text: str) -> Framework:
+    """The format of a config file, from its extension and (for .py and .yaml) what it holds."""
+    suffix = path.suffix.lower()
+    if suffix == ".toml":
+        return Framework.TORCHTITAN_TOML
+    if suffix == ".json":
+        return Framework.FILTER
+    if suffix in (".yaml", ".yml"):
+        data = _load_yaml(path, text)
+        if isinstance(data, dict) and "fp8" in data:
+            return Framework.NEMO_AUTOMODEL
+        return Framework.FILTER
+    if suffix == ".py":
+        tree = _parse_python(path, text)
+        called = {_call_name(node) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+        if "Float8LinearConverter.Config" in called:
+            return Framework.TORCHTITAN_PY
+        if "AORecipeKwargs" in called:
+            return Framework.ACCELERATE
+        if "convert_to_float8_training" in called:
+            return Framework.TORCHAO
+        raise ConfigError(
+            f"{path} sets up no float8 training this tool can read",
+            hint="expected Float8LinearConverter.Config(...) (torchtitan 0.3), AORecipeKwargs(...) "
+            "(accelerate) or "
+            "convert_to_float8_training(...) (torchao); write one with `fp8advisor suggest --format ...`",
+        )
+    raise ConfigError(
+        f"{path}: unsupported config file type {suffix or '(no extension)'}",
+        hint="give a torchtitan .toml, a NeMo AutoModel .yaml, a Python config (torchtitan 0.3, "
+        "accelerate, torchao) "
+        "or a filter list (.yaml/.json)",
+    )
+
+
+def read_config(
+    path: str | Path, *, framework: Framework | str | None = None, recipe: Recipe | str | None = None
+) -> FrameworkConfig:
+    """Read `path` as its framework would. `framework` overrides detection; `recipe` is used only where the
+    file names none (a bare filter list). Raises ConfigError (exit 2) for unreadable or unsupported files."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"no such config file: {path}", hint="check the path given to --config") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"cannot read {path}: {error}") from None
+    chosen = Framework(framework) if framework is not None else detect_framework(path, text)
+    default_recipe = Recipe(recipe) if recipe is not None else None
+    readers = {
+        Framework.TORCHTITAN_TOML: _read_torchtitan_toml,
+        Framework.TORCHTITAN_PY: _read_torchtitan_py,
+        Framework.NEMO_AUTOMODEL: _read_nemo,
+        Framework.ACCELERATE: _read_accelerate,
+        Framework.TORCHAO: _read_torchao,
+        Framework.FILTER: _read_filter,
+    }
+    return readers[chosen](path, text, default_recipe)
+
+
+def _recipe(name: Any, path: Path, where: str) -> Recipe:
+    try:
+        return Recipe(name)
+    except ValueError:
+        valid = ", ".join(r.value for r in Recipe)
+        raise ConfigError(
+            f"{where}: unknown recipe_name {name!r}", location=str(path), hint=f"use one of: {valid}"
+        ) from None
+
+
+def _string_list(value: Any, path: Path, where: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):  # torchtitan's CLI form "a,b,c"
+        return tuple(entry.strip() for entry in value.split(",") if entry.strip())
+    if isinstance(value, (list, tuple)) and all(isinstance(entry, str) for entry in value):
+        return tuple(value)
+    raise ConfigError(
+        f"{where} must be a list of strings, not {value!r}",
+        location=str(path),
+        hint='write filter_fqns = ["output", "attention.wk"]',
+    )
+
+
+def _substring_or_auto(
+    recipe: Recipe, entries: tuple[str, ...], *, auto_passes_linear: bool
+) -> tuple[str, Callable[[nn.Module | None], Predicate], tuple[str, ...]]:
+    """torchtitan's choice between its substring rule and torchao's auto filter."""
+    if AUTO_FILTER_FLAG in entries:
+        clean = tuple(entry for entry in entries if entry != AUTO_FILTER_FLAG)
+        if not auto_passes_linear:
+            note = (
+                f'"{AUTO_FILTER_FLAG}" in torchtitan 0.3 calls torchao\'s auto filter with a '
+                "Linear.Config, not an "
+                "nn.Linear, so it answers keep-bf16 for every layer: nothing is converted"
+            )
+            return "torchao auto filter on Linear.Config: converts nothing", lambda model: _nothing, (note,)
+        predicate = torchao_auto_filter(recipe, clean)
+        return (
+            f"torchao _auto_filter_for_recipe({recipe.value!r}) + substring filter_fqns {list(clean)}",
+            lambda model: predicate,
+            (),
+        )
+    predicate = substring_rule(entries)
+    return "substring filter_fqns + nn.Linear with K, N % 16 == 0", lambda model: predicate, ()
+
+
+def _read_torchtitan_toml(path: Path, text: str, default_recipe: Recipe | None) -> FrameworkConfig:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(
+            f"{path} is not valid TOML: {error}", hint="fix the syntax; tomllib must read it"
+        ) from None
+    converters = _string_list(data.get("model", {}).get("converters"), path, "[model] converters")
+    section = data.get("quantize", {}).get("linear", {}).get("float8", {})
+    if not isinstance(section, dict):
+        raise ConfigError(f"{path}: [quantize.linear.float8] must be a table", location=str(path))
+    unknown = sorted(set(section) - TORCHTITAN_FLOAT8_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"[quantize.linear.float8] has keys torchtitan 0.2.x rejects: {', '.join(unknown)}",
+            location=str(path),
+            hint=f"the accepted keys are {', '.join(sorted(TORCHTITAN_FLOAT8_KEYS))}",
+        )
+    recipe_name = section.get("recipe_name")
+    if recipe_name is not None and section.get("enable_fsdp_float8_all_gather"):
+        raise ConfigError(
+            "torchtitan rejects recipe_name together with enable_fsdp_float8_all_gather = true",
+            location=str(path),
+            hint="for tensorwise with float8 all-gather leave recipe_name out; for rowwise drop the "
+            "all-gather flag",
+        )
+    recipe = (
+        _recipe(recipe_name, path, "[quantize.linear.float8]")
+        if recipe_name is not None
+        else Recipe.TENSORWISE
+    )
+    entries = _string_list(section.get("filter_fqns"), path, "[quantize.linear.float8] filter_fqns")
+    compile_section = data.get("compile", {})
+    compile_enabled = bool(compile_section.get("enable", False)) and "model" in compile_section.get(
+        "components", ["model", "loss"]
+    )
+    notes: list[str] = []
+    enabled = TORCHTITAN_CONVERTER in converters
+    if not enabled:
+        legacy = ' ("float8" is the pre-0.2 name)' if "float8" in converters else ""
+        notes.append(f'FP8 is off: [model] converters does not include "{TORCHTITAN_CONVERTER}"{legacy}')
+    rule, factory, rule_notes = _substring_or_auto(recipe, entries, auto_passes_linear=True)
+    notes.extend(rule_notes)
+    if enabled and not compile_enabled:
+        notes.append(
+            "[compile] enable is not true for the model: float8 without torch.compile is slower than bf16"
+        )
+    return FrameworkConfig(
+        Framework.TORCHTITAN_TOML,
+        path,
+        enabled,
+        recipe,
+        entries,
+        rule,
+        compile_enabled,
+        tuple(notes),
+        factory,
+    )
+
+
+def _read_nemo(path: Path, text: str, default_recipe: Recipe | None) -> FrameworkConfig:
+    data = _load_yaml(path, text)
+    if not isinstance(data, dict) or not isinstance(data.get("fp8"), dict):
+        raise ConfigError(
+            f"{path} has no `fp8:` section",
+            location=str(path),
+            hint="NeMo AutoModel reads float8 settings from a top-level fp8: mapping",
+        )
+    section = data["fp8"]
+    notes: list[str] = []
+    ignored = sorted(set(section) - NEMO_FP8_KEYS)
+    if ignored:
+        notes.append(f"NeMo AutoModel ignores unknown fp8 keys: {', '.join(map(str, ignored))}")
+    enabled = section.get("enabled") is True
+    if not enabled:
+        notes.append("FP8 is off: fp8.enabled is not true (NeMo AutoModel's default is false)")
+    recipe_name = section.get("recipe_name")
+    recipe = _recipe(recipe_name, path, "fp8.recipe_name") if recipe_name is not None else Recipe.TENSORWISE
+    if recipe_name is None:
+        notes.append("fp8.recipe_name is null: tensorwise, and NeMo skips the FSDP scale precompute")
+    entries = _string_list(section.get("filter_fqns"), path, "fp8.filter_fqns")
+    compile_section = data.get("compile")
+    compile_enabled = bool(compile_section.get("enabled")) if isinstance(compile_section, dict) else None
+    if enabled and not compile_enabled:
+        notes.append("compile.enabled is not true: float8 without torch.compile is slower than bf16")
+    predicate = substring_rule(entries)
+    return FrameworkConfig(
+        Framework.NEMO_AUTOMODEL,
+        path,
+        enabled,
+        recipe,
+        entries,
+        "substring filter_fqns + nn.Linear with K, N % 16 == 0",
+        compile_enabled,
+        tuple(notes),
+        lambda model: predicate,
+    )
+
+
+def _read_filter(path: Path, text: str, default_recipe: Recipe | None) -> FrameworkConfig:
+    if path.suffix.lower() == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{path} is not valid JSON: {error}", location=str(path)) from None
+    else:
+        data = _load_yaml(path, text)
+    recipe = default_recipe
+    if isinstance(data, dict):
+        if "filter_fqns" not in data:
+            raise ConfigError(
+                f"{path} holds no filter list",
+                location=str(path),
+                hint="a filter file is a list of FQN substrings, or a mapping with filter_fqns",
+            )
+        if data.get("recipe") is not None and default_recipe is None:
+            recipe = _recipe(data["recipe"], path, "recipe")
+        data = data["filter_fqns"]
+    entries = _string_list(data if data is not None else [], path, "the filter list")
+    config = FrameworkConfig(Framework.FILTER, path, True, None, entries, "", None, ())
+    if recipe is not None:
+        return config.with_recipe(recipe)
+    # The rule (with the auto-filter flag) depends on the recipe: the caller completes it with `with_recipe`.
+    return replace(
+        config,
+        rule="substring filter_fqns + nn.Linear with K, N % 16 == 0 (recipe not yet chosen)",
+        _rule_factory=_recipe_needed,
+    )
+
+
+def _recipe_needed(model: nn.Module | None) -> Predicate:
+    raise ValueError("a bare filter list names no recipe: call FrameworkConfig.with_recipe(recipe) first")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Python configs: read with ast, never imported
+
+
+def _parse_python(path: Path, text: str) -> ast.Module:
+    try:
+        return ast.parse(text, filename=str(path))
+    except SyntaxError as error:
+        raise ConfigError(
+            f"syntax error: {error.msg}",
+            location=f"{path}:{error.lineno}",
+            hint="fix the file so that Python can parse it",
+        ) from None
+
+
+def _call_name(node: ast.Call) -> str:
+    """`Float8LinearConverter.Config` for `x.Float8LinearConverter.Config(...)`: the last two dotted parts."""
+    parts: list[str] = []
+    func: ast.AST = node.func
+    while isinstance(func, ast.Attribute):
+        parts.append(func.attr)
+        func = func.value
+    if isinstance(func, ast.Name):
+        parts.append(func.id)
+    parts.reverse()
+    if len(parts) >= 2 and parts[-1] == "Config":
+        return ".".join(parts[-2:])
+    return parts[-1] if parts else ""
+
+
+def _single_call(tree: ast.Module, name: str, path: Path) -> ast.Call:
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and _call_name(node) == name]
+    if not calls:
+        raise ConfigError(f"{path} has no {name}(...) call", location=str(path))
+    if len(calls) > 1:
+        lines = ", ".join(str(call.lineno) for call in calls)
+        raise ConfigError(
+            f"{path} has {len(calls)} {name}(...) calls (lines {lines}): which one trains is unclear",
+            location=f"{path}:{calls[0].lineno}",
+            hint="keep one float8 setup per config file",
+        )
+    return calls[0]
+
+
+def _keyword(call: ast.Call, name: str) -> ast.expr | None:
+    for keyword in call.keywords:
+        if keyword.arg == name:
+            return keyword.value
+    return None
+
+
+def _literal(node: ast.expr, path: Path, what: str) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        raise ConfigError(
+            f"{what} is not a literal: {ast.unparse(node)}",
+            location=f"{path}:{node.lineno}",
+            hint="the file is read without running it: write the value as a literal (a string, a list of "
+            "strings)",
+        ) from None
+
+
+def _module_assignments(tree: ast.Module) -> dict[str, ast.expr]:
+    found: dict[str, ast.expr] = {}
+    for statement in tree.body:
+        if isinstance(statement, ast.Assign):
+            for target in statement.targets:
+                if isinstance(target, ast.Name):
+                    found[target.id] = statement.value
+        elif (
+            isinstance(statement, ast.AnnAssign)
+            and isinstance(statement.target, ast.Name)
+            and statement.value
+        ):
+            found[statement.target.id] = statement.value
+    return found
+
+
+def _resolve_name(node: ast.expr | None, tree: ast.Module) -> ast.expr | None:
+    """Follow `config = ...` at module level once, so `config=config` reads the assignment."""
+    if isinstance(node, ast.Name):
+        assigned = _module_assignments(tree).get(node.id)
+        if assigned is not None:
+            return assigned
+    return node
+
+
+def _read_torchtitan_py(path: Path, text: str, default_recipe: Recipe | None) -> FrameworkConfig:
+    tree = _parse_python(path, text)
+    call = _single_call(tree, "Float8LinearConverter.Config", path)
+    if call.args:
+        raise ConfigError(
+            "Float8LinearConverter.Config takes keyword arguments only", location=f"{path}:{call.lineno}"
+        )
+    values = {
+        kw.arg: _literal(kw.value, path, f"Float8LinearConverter.Config({kw.arg}=...)")
+        for kw in call.keywords
+        if kw.arg is not None
+    }
+    # torchtitan 0.3's Float8LinearConverter.Config defaults recipe_name to "rowwise".
+    recipe = _recipe(values.get("recipe_name", "rowwise"), path, "Float8LinearConverter.Config")
+    entries = _string_list(values.get("filter_fqns"), path, "filter_fqns")
+    notes: list[str] = []
+    compile_enabled = values.get("model_compile_enabled")
+    if compile_enabled is not True:
+        notes.append("model_compile_enabled is not True: float8 without torch.compile is slower than bf16")
+    rule, factory, rule_notes = _substring_or_auto(recipe, entries, auto_passes_linear=False)
+    notes.extend(rule_notes)
+    # torchtitan 0.3 tests Linear.Config in_features/out_features: the same shapes as nn.Linear's weight.
+    return FrameworkConfig(
+        Framework.TORCHTITAN_PY,
+        path,
+        True,
+        recipe,
+        entries,
+        rule,
+        compile_enabled if isinstance(compile_enabled, bool) else None,
+        tuple(notes),
+        factory,
+    )
+
+
+def _recipe_from_python(node: ast.expr | None, tree: ast.Module, path: Path) -> Recipe:
+    """The recipe of `Float8LinearConfig.from_recipe_name("...")`, `Float8LinearConfig(...)` or None."""
+    node = _resolve_name(node, tree)
+    if node is None or (isinstance(node, ast.Constant) and node.value is None):
+        return Recipe.TENSORWISE  # torchao: config None means Float8LinearConfig(), tensorwise
+    if isinstance(node, ast.Call):
+        name = _call_name(node)
+        if name == "from_recipe_name":
+            argument = node.args[0] if node.args else _keyword(node, "recipe_name")
+            if argument is None:
+                raise ConfigError("from_recipe_name() without a recipe", location=f"{path}:{node.lineno}")
+            if isinstance(argument, ast.Attribute):  # Float8LinearRecipeName.ROWWISE
+                return _recipe(argument.attr.lower(), path, "Float8LinearRecipeName")
+            return _recipe(_literal(argument, path, "the recipe name"), path, "from_recipe_name")
+        if name == "Float8LinearConfig":
+            custom = sorted({kw.arg or "**" for kw in node.keywords} - _TENSORWISE_KEYWORDS)
+            if node.args or custom:
+                raise ConfigError(
+                    f"Float8LinearConfig({', '.join(custom)}=...) sets its own scaling: not a recipe "
+                    "this tool knows",
+                    location=f"{path}:{node.lineno}",
+                    hint='write Float8LinearConfig.from_recipe_name("tensorwise" | "rowwise" | '
+                    '"rowwise_with_gw_hp")',
+                )
+            return Recipe.TENSORWISE
+    raise ConfigError(
+        f"cannot tell the float8 recipe from {ast.unparse(node)}",
+        location=f"{path}:{getattr(node, 'lineno', '?')}",
+        hint='write config=Float8LinearConfig.from_recipe_name("rowwise") (or another recipe name) in '
+        "the file",
+    )
+
+
+def _read_torchao(path: Path, text: str, default_recipe: Recipe | None) -> FrameworkConfig:
+    tree = _parse_python(path, text)
+    call = _single_call(tree, "convert_to_float8_training", path)
+    recipe = _recipe_from_python(_keyword(call, "config"), tree, path)
+    filter_node = _keyword(call, "module_filter_fn")
+    if filter_node is None or (isinstance(filter_node, ast.Constant) and filter_node.value is None):
+        # torchao without a filter converts every nn.Linear, whatever its shape.
+        return FrameworkConfig(
+            Framework.TORCHAO,
+            path,
+            True,
+            recipe,
+            None,
+            "every nn.Linear (no module_filter_fn)",
+            None,
+            ("no module_filter_fn: torchao converts every nn.Linear, lm_head included",),
+            lambda model: lambda module, fqn: True,
+        )
+    predicate, rule, entries = _filter_function(filter_node, tree, path, text)
+    return FrameworkConfig(
+        Framework.TORCHAO, path, True, recipe, entries, rule, None, (), lambda model: predicate
+    )
+
+
+def _read_accelerate(path: Path, text: str, default_recipe: Recipe | None) -> FrameworkConfig:
+    tree = _parse_python(path, text)
+    call = _single_call(tree, "AORecipeKwargs", path)
+    recipe = _recipe_from_python(_keyword(call, "config"), tree, path)
+    notes: list[str] = []
+    enabled = True
+    accelerators = [
+        node for node in ast.walk(tree) if isinstance(node, ast.Call) and _call_name(node) == "Accelerator"
+    ]
+    precisions = [_keyword(node, "mixed_precision") for node in accelerators]
+    literal_precisions = [p.value for p in precisions if isinstance(p, ast.Constant)]
+    if literal_precisions and "fp8" not in literal_precisions:
+        enabled = False
+        notes.append(f"FP8 is off: Accelerator(mixed_precision={literal_precisions[0]!r}), not 'fp8'")
+    elif not literal_precisions:
+        notes.append(
+            'no Accelerator(mixed_precision="fp8") in the file: FP8 must be enabled by the launch config'
+        )
+    if accelerators and not any(_keyword(node, "kwargs_handlers") is not None for node in accelerators):
+        notes.append(
+            "Accelerator(...) has no kwargs_handlers=[...]: the AORecipeKwargs would not be used "
+            "(the docs misspell it)"
+        )
+    filter_node = _keyword(call, "module_filter_func")
+    if filter_node is None or (isinstance(filter_node, ast.Constant) and filter_node.value is None):
+        notes.append("no module_filter_func: accelerate keeps the first and last nn.Linear in bf16")
+        return FrameworkConfig(
+            Framework.ACCELERATE,
+            path,
+            enabled,
+            recipe,
+            None,
+            "accelerate default: K, N % 16 == 0, not the first or last nn.Linear",
+            None,
+            tuple(notes),
+            accelerate_default_rule,
+        )
+    predicate, rule, entries = _filter_function(filter_node, tree, path, text)
+    return FrameworkConfig(
+        Framework.ACCELERATE,
+        path,
+        enabled,
+        recipe,
+        entries,
+        rule,
+        None,
+        tuple(notes),
+        lambda model: predicate,
+    )
+
+
+def _filter_function(
+    node: ast.expr, tree: ast.Module, path: Path, text: str
+) -> tuple[Predicate, str, tuple[str, ...] | None]:
+    """Compile the filter the framework would call, alone; see the module docstring for why this is run."""
+    if isinstance(node, ast.Call) and _call_name(node) == "_auto_filter_for_recipe":
+        recipe_node = node.args[0] if node.args else _keyword(node, "recipe")
+        fqns_node = node.args[1] if len(node.args) > 1 else _keyword(node, "filter_fqns")
+        recipe = _recipe(_literal(recipe_node, path, "the recipe"), path, "_auto_filter_for_recipe")
+        entries = _string_list(
+            _literal(fqns_node, path, "filter_fqns") if fqns_node else [], path, "filter_fqns"
+        )
+        return (
+            torchao_auto_filter(recipe, entries),
+            f"torchao _auto_filter_for_recipe({recipe.value!r}) + substring {list(entries)}",
+            entries,
+        )
+    if isinstance(node, ast.Lambda):
+        target = ast.copy_location(ast.Name(id="_fp8advisor_filter", ctx=ast.Store()), node)
+        definition: ast.stmt = ast.copy_location(ast.Assign(targets=[target], value=node), node)
+        name = "_fp8advisor_filter"
+        function_node: ast.AST = node
+    elif isinstance(node, ast.Name):
+        name = node.id
+        definitions = [s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name == name]
+        if not definitions:
+            assigned = _module_assignments(tree).get(name)
+            if isinstance(assigned, ast.Lambda):
+                return _filter_function(assigned, tree, path, text)
+            raise ConfigError(
+                f"the filter function {name} is not defined at module level in {path.name}",
+                location=str(path),
+                hint="define the filter as a top-level `def` in the same file so that it can be checked "
+                "alone",
+            )
+        definition = definitions[-1]
+        function_node = definition
+    else:
+        raise ConfigError(
+            f"cannot read the module filter {ast.unparse(node)}",
+            location=f"{path}:{node.lineno}",
+            hint="pass a top-level function or a lambda as module_filter_fn / module_filter_func",
+        )
+    namespace = _filter_namespace(function_node, tree, path)
+    module = ast.fix_missing_locations(ast.Module(body=[definition], type_ignores=[]))
+    exec(
+        compile(module, str(path), "exec"), namespace
+    )  # only the filter definition: see the module docstring
+    function = namespace[name]
+    entries = _literal_entries(function_node, tree)
+
+    def decides(module: nn.Module, fqn: str) -> bool:
+        try:
+            return bool(function(module, fqn))
+        except Exception as error:
+            raise ConfigError(
+                f"the filter function raised on {fqn!r}: {type(error).__name__}: {error}",
+                location=f"{path}:{function_node.lineno}",
+                hint="the filter may use only its arguments, literal module-level constants, torch and nn",
+            ) from error
+
+    shown = name if name != "_fp8advisor_filter" else "lambda"
+    return decides, f"Python filter {shown}() (line {function_node.lineno})", entries
+
+
+def _filter_namespace(function_node: ast.AST, tree: ast.Module, path: Path) -> dict[str, Any]:
+    """Builtins, torch and nn, and the literal module-level constants the function names."""
+    import torch
+
+    namespace: dict[str, Any] = {"__builtins__": dict(_FILTER_BUILTINS), "torch": torch, "nn": nn}
+    assignments = _module_assignments(tree)
+    local_names = _bound_names(function_node)
+    wanted = {
+        n.id for n in ast.walk(function_node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+    }
+    missing = []
+    for name in sorted(wanted - local_names - set(namespace) - set(_FILTER_BUILTINS)):
+        value = assignments.get(name)
+        if value is None:
+            missing.append(name)
+            continue
+        constant = _constant_value(value)
+        if constant is _NOT_LITERAL:
+            raise ConfigError(
+                f"the filter uses {name}, which is not a literal constant: {ast.unparse(value)[:80]}",
+                location=f"{path}:{value.lineno}",
+                hint="write the constant as a literal (a set, list or tuple of strings) so it can be "
+                "read alone",
+            )
+        namespace[name] = constant
+    if missing:
+        raise ConfigError(
+            "the filter function uses names this tool cannot supply without running the file: "
+            f"{', '.join(missing)}",
+            location=f"{path}:{getattr(function_node, 'lineno', '?')}",
+            hint="a filter checked by verify may use its arguments, literal constants of the same file, "
+            "torch and nn",
+        )
+    return namespace
+
+
+_NOT_LITERAL = object()
+
+
+def _constant_value(node: ast.expr) -> Any:
+    """A literal, or set()/frozenset()/tuple()/list() of a literal."""
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        pass
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("set", "frozenset", "tuple", "list")
+        and len(node.args) <= 1
+        and not node.keywords
+    ):
+        try:
+            inner = ast.literal_eval(node.args[0]) if node.args else ()
+        except ValueError:
+            return _NOT_LITERAL
+        return {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list}[node.func.id](inner)
+    return _NOT_LITERAL
+
+
+def _bound_names(function_node: ast.AST) -> set[str]:
+    """Parameters and names assigned inside the function (loop variables, comprehension targets, ...)."""
+    bound: set[str] = set()
+    for node in ast.walk(function_node):
+        if isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bound.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+    return bound
+
+
+def _literal_entries(function_node: ast.AST, tree: ast.Module) -> tuple[str, ...] | None:
+    """The strings a filter tests names against, when they are one literal (to name unused entries)."""
+    assignments = _module_assignments(tree)
+    collections: list[Any] = []
+    for node in ast.walk(function_node):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in assignments:
+            value = _constant_value(assignments[node.id])
+            if (
+                isinstance(value, (set, frozenset, list, tuple))
+                and value
+                and all(isinstance(v, str) for v in value)
+            ):
+                collections.append(value)
+        elif isinstance(node, (ast.Set, ast.List, ast.Tuple)):
+            try:
+                value = ast.literal_eval(node)
+            except ValueError:
+                continue
+            if value and all(isinstance(v, str) for v in value):
+                collections.append(value)
+    if len(collections) == 1:
+        return tuple(sorted(collections[0]))
+    return None
+
+
+def _load_yaml(path: Path, text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ConfigError(
+            f"{path} is not valid YAML: {error}", hint="fix the syntax; yaml.safe_load must read it"
+        ) from None

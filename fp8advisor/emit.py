@@ -1,0 +1,386 @@
+"""Training configs that realise an `Advice`: torchtitan, NeMo AutoModel, accelerate, torchao, bare list.
+
+Formats (`--format`):
+
+  torchtitan-toml   torchtitan 0.2.x job-config sections: `[model] converters = ["quantize.linear.float8"]`,
+                    `[quantize.linear.float8]` recipe_name + filter_fqns (substring), `[compile] enable =
+                    true`. recipe_name is always written; enable_fsdp_float8_all_gather never (torchtitan
+                    rejects the two together).
+  torchtitan-py     torchtitan 0.3 recipe function: one `Float8LinearConverter.Config(recipe_name=...,
+                    filter_fqns=[...], model_compile_enabled=True)` call with literal arguments. 0.3 has no
+                    tensorwise recipe (ConfigError), and never `auto_filter_small_kn` (it converts nothing in
+                    0.3).
+  nemo-automodel    YAML with `compile:` (enabled: true) and `fp8:` (enabled: true, explicit recipe_name,
+                    filter_fqns).
+  accelerate        Python: `Accelerator(mixed_precision="fp8", kwargs_handlers=[AORecipeKwargs(config=
+                    Float8LinearConfig.from_recipe_name(...), module_filter_func=module_filter_func)])`.
+  torchao           Python: `convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(
+                    ...), module_filter_fn=module_filter_fn)`.
+  filter            the bare filter_fqns list: YAML (default), or JSON when the output file ends in .json.
+
+The substring formats carry `Advice.filter_fqns`, proven by simulation to convert the advised set (or the safe
+subset when no list can be exact). The two Python formats carry an exact filter: a top-level function testing
+`fqn in FLOAT8_LAYERS`, a sorted literal frozenset of the advised FQNs, so they convert exactly the advice.
+`fp8advisor.configs.read_config` reads every one of them back.
+
+Every file but JSON (which has no comments) starts with a comment header: fp8advisor's version, the model
+target, batch and seq, recipe and profile as the user typed them, and the command that regenerates or checks
+it. Nothing depends on the machine or the time, so the same inputs give byte-identical files anywhere.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+import yaml
+
+from fp8advisor import __version__
+from fp8advisor.advise import DEFAULT_MIN_SPEEDUP, Advice
+from fp8advisor.errors import ConfigError
+from fp8advisor.recipes import Recipe
+
+
+class ConfigFormat(str, Enum):
+    """A `suggest --format` name."""
+
+    TORCHTITAN_TOML = "torchtitan-toml"
+    TORCHTITAN_PY = "torchtitan-py"
+    NEMO_AUTOMODEL = "nemo-automodel"
+    ACCELERATE = "accelerate"
+    TORCHAO = "torchao"
+    FILTER = "filter"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def default_suffix(self) -> str:
+        return {
+            ConfigFormat.TORCHTITAN_TOML: ".toml",
+            ConfigFormat.NEMO_AUTOMODEL: ".yaml",
+            ConfigFormat.FILTER: ".yaml",
+        }.get(self, ".py")
+
+
+def parse_format(name: str | ConfigFormat) -> ConfigFormat:
+    try:
+        return ConfigFormat(name)
+    except ValueError:
+        valid = ", ".join(f.value for f in ConfigFormat)
+        raise ConfigError(f"unknown --format {name!r}", hint=f"use one of: {valid}") from None
+
+
+@dataclass(frozen=True)
+class Request:
+    """What the user asked for, as typed: the header and the regenerate command are built from it alone."""
+
+    target: str
+    batch: int
+    seq: int
+    recipe: str = "auto"  # as typed: a recipe name or "auto"
+    profile: str | None = None  # as typed with --profile; None = chosen automatically
+    min_speedup: float = DEFAULT_MIN_SPEEDUP
+    tensor_parallel: int = 1
+
+    def command(
+        self, fmt: ConfigFormat, output: str | None = None, *, chosen_profile: str | None = None
+    ) -> str:
+        """The `fp8advisor suggest` command line that regenerates the file (`--check FILE` verifies it).
+
+        `chosen_profile` pins the profile that was chosen automatically, so that CI on another machine
+        (another GPU, or none) predicts with the same figures.
+        """
+        words = [
+            "fp8advisor",
+            "suggest",
+            _shell_word(self.target),
+            "--batch",
+            str(self.batch),
+            "--seq",
+            str(self.seq),
+        ]
+        words += ["--recipe", self.recipe]
+        profile = self.profile if self.profile is not None else chosen_profile
+        if profile is not None:
+            words += ["--profile", _shell_word(profile)]
+        if self.min_speedup != DEFAULT_MIN_SPEEDUP:
+            words += ["--min-speedup", f"{self.min_speedup:g}"]
+        if self.tensor_parallel != 1:
+            words += ["--tp", str(self.tensor_parallel)]
+        words += ["--format", fmt.value]
+        if output is not None:
+            words += ["-o", _shell_word(output)]
+        return " ".join(words)
+
+
+def _shell_word(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
+def header_lines(advice: Advice, request: Request, fmt: ConfigFormat, output: str | None = None) -> list[str]:
+    """The comment header, without comment markers."""
+    profile = advice.profile_name
+    if request.profile is not None and request.profile != advice.profile_name:
+        profile += f" (--profile {request.profile})"
+    recipe = advice.recipe.value + (" (chosen by --recipe auto)" if request.recipe == "auto" else "")
+    fl = advice.filter_list
+    if fmt in (ConfigFormat.TORCHAO, ConfigFormat.ACCELERATE):
+        what = f"converts exactly the {len(advice.convert_fqns)} advised Linear layers (exact module filter)"
+    elif fl.exact:
+        what = f"filter_fqns simulated: converts exactly the {len(advice.convert_fqns)} advised Linear layers"
+    else:
+        what = (
+            f"filter_fqns simulated: converts {len(fl.converted)} of the {len(advice.convert_fqns)} "
+            "advised layers; "
+            f"no substring list can be exact, {len(fl.demoted)} kept in bf16 (see fp8advisor suggest)"
+        )
+    lines = [
+        f"Generated by fp8advisor {__version__} (fp8advisor suggest). Do not edit: regenerate it.",
+        f"model: {request.target}  batch: {request.batch}  seq: {request.seq}"
+        + (f"  tensor parallel: {request.tensor_parallel}" if request.tensor_parallel != 1 else ""),
+        f"recipe: {recipe}  profile: {profile} ({advice.profile_provenance})  "
+        f"min speedup: {advice.min_speedup:g}",
+        what,
+        f"check in CI: {request.command(fmt, chosen_profile=advice.profile_name)} --check <this file>",
+    ]
+    return lines
+
+
+def _comment(lines: list[str]) -> str:
+    return "".join(f"# {line}\n" if line else "#\n" for line in lines)
+
+
+def _quoted(text: str) -> str:
+    """A double-quoted string valid in TOML and Python (JSON escapes are valid in both)."""
+    return json.dumps(text)
+
+
+def _string_list_lines(entries: tuple[str, ...] | list[str], indent: str) -> str:
+    return "".join(f"{indent}{_quoted(entry)},\n" for entry in entries)
+
+
+def render(advice: Advice, fmt: ConfigFormat | str, request: Request, *, output: str | None = None) -> str:
+    """The text of the config file in format `fmt` (`output`: the path as typed, for the header and the filter
+    format's YAML/JSON choice)."""
+    fmt = parse_format(fmt)
+    header = header_lines(advice, request, fmt, output)
+    if fmt is ConfigFormat.TORCHTITAN_TOML:
+        return _torchtitan_toml(advice, header)
+    if fmt is ConfigFormat.TORCHTITAN_PY:
+        return _torchtitan_py(advice, header)
+    if fmt is ConfigFormat.NEMO_AUTOMODEL:
+        return _nemo_automodel(advice, header)
+    if fmt is ConfigFormat.ACCELERATE:
+        return _accelerate(advice, header)
+    if fmt is ConfigFormat.TORCHAO:
+        return _torchao(advice, header)
+    as_json = output is not None and output.lower().endswith(".json")
+    return _filter(advice, header, as_json=as_json)
+
+
+def _torchtitan_toml(advice: Advice, header: list[str]) -> str:
+    entries = advice.filter_fqns
+    filter_value = "[]\n" if not entries else "[\n" + _string_list_lines(entries, "  ") + "]\n"
+    return (
+        _comment(header)
+        + _comment(
+            [
+                "torchtitan 0.2.x job config: merge these sections into your --job.config_file TOML.",
+                "filter_fqns keeps in bf16 every nn.Linear whose FQN contains an entry (substring match).",
+                "Tensorwise with FSDP float8 all-gather: delete recipe_name and set",
+                "enable_fsdp_float8_all_gather = true (torchtitan rejects the two together).",
+            ]
+        )
+        + "\n[model]\n"
+        + 'converters = ["quantize.linear.float8"]\n'
+        + "\n[quantize.linear.float8]\n"
+        + f"recipe_name = {_quoted(advice.recipe.value)}\n"
+        + f"filter_fqns = {filter_value}"
+        + "\n[compile]\n"
+        + "enable = true  # float8 without torch.compile is slower than bf16\n"
+    )
+
+
+def _torchtitan_py(advice: Advice, header: list[str]) -> str:
+    if advice.recipe is Recipe.TENSORWISE:
+        raise ConfigError(
+            "torchtitan 0.3 has no tensorwise recipe (Float8LinearConverter.Config accepts rowwise and "
+            "rowwise_with_gw_hp)",
+            hint="use --recipe rowwise (or rowwise_with_gw_hp), or --format torchtitan-toml for "
+            "torchtitan 0.2.x",
+        )
+    entries = advice.filter_fqns
+    filter_value = "[]" if not entries else "[\n" + _string_list_lines(entries, " " * 20) + " " * 16 + "]"
+    return (
+        _comment(header)
+        + '"""A torchtitan 0.3 recipe function with the float8 layers fp8advisor advised.\n'
+        + "\n"
+        + "Edit the two imports marked EDIT (your model's registry and base recipe) and FLAVOR; keep the\n"
+        + "Float8LinearConverter.Config call as generated. filter_fqns keeps in bf16 every Linear whose FQN\n"
+        + "contains an entry (substring match).\n"
+        + '"""\n'
+        + "\n"
+        + "from torchtitan.components.quantization import Float8LinearConverter\n"
+        + "from torchtitan.models.llama3 import model_registry  # EDIT: your model's registry\n"
+        + "from torchtitan.models.llama3.config_registry import llama3_8b as base_recipe"
+        + "  # EDIT: your base recipe\n"
+        + "from torchtitan.trainer import Trainer\n"
+        + "\n"
+        + 'FLAVOR = "8B"  # EDIT: your model flavor\n'
+        + "\n"
+        + "\n"
+        + "def float8_advised() -> Trainer.Config:\n"
+        + "    config = base_recipe()\n"
+        + "    config.compile.enable = True  # float8 without torch.compile is slower than bf16\n"
+        + "    config.model_spec = model_registry(\n"
+        + "        FLAVOR,\n"
+        + "        converters=[\n"
+        + "            Float8LinearConverter.Config(\n"
+        + f"                recipe_name={_quoted(advice.recipe.value)},\n"
+        + f"                filter_fqns={filter_value},\n"
+        + "                model_compile_enabled=True,\n"
+        + "            ),\n"
+        + "        ],\n"
+        + "    )\n"
+        + "    return config\n"
+    )
+
+
+def _nemo_automodel(advice: Advice, header: list[str]) -> str:
+    document = {
+        "compile": {"enabled": True, "mode": "default", "fullgraph": False, "dynamic": False},
+        "fp8": {
+            "enabled": True,
+            "recipe_name": advice.recipe.value,
+            "enable_fsdp_float8_all_gather": False,
+            "precompute_float8_dynamic_scale_for_fsdp": False,
+            "force_recompute_fp8_weight_in_bwd": False,
+            "filter_fqns": list(advice.filter_fqns),
+            "emulate": False,
+        },
+    }
+    notes = [
+        "NeMo AutoModel: merge the compile: and fp8: sections into your recipe YAML.",
+        "fp8.filter_fqns keeps in bf16 every nn.Linear whose FQN contains an entry (substring match).",
+        "FP8 GEMMs need token counts divisible by 16: pad as NeMo AutoModel's fp8 examples do",
+        "(dataloader: collate_fn: pad_seq_len_divisible: 16).",
+    ]
+    body = yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=1000)
+    return _comment(header) + _comment(notes) + body
+
+
+def _exact_set_literal(fqns: tuple[str, ...]) -> str:
+    if not fqns:
+        return "frozenset()"
+    return "frozenset(\n    {\n" + _string_list_lines(fqns, " " * 8) + "    }\n)"
+
+
+def _accelerate(advice: Advice, header: list[str]) -> str:
+    return (
+        _comment(header)
+        + '"""accelerate with torchao float8 on exactly the Linear layers fp8advisor advised.\n'
+        + "\n"
+        + "Build your model and call accelerator.prepare(model, ...) with this `accelerator`. The FQNs\n"
+        + "are those of the module you prepare (its named_modules() names).\n"
+        + '"""\n'
+        + "\n"
+        + "from accelerate import Accelerator\n"
+        + "from accelerate.utils import AORecipeKwargs\n"
+        + "from torchao.float8 import Float8LinearConfig\n"
+        + "\n"
+        + f"FLOAT8_LAYERS = {_exact_set_literal(advice.convert_fqns)}\n"
+        + "\n"
+        + "\n"
+        + "def module_filter_func(module, fqn):\n"
+        + '    """True: convert this nn.Linear to float8. An exact FQN match, no substring rule."""\n'
+        + "    return fqn in FLOAT8_LAYERS\n"
+        + "\n"
+        + "\n"
+        + "accelerator = Accelerator(\n"
+        + '    mixed_precision="fp8",\n'
+        + '    dynamo_backend="inductor",  # float8 without torch.compile is slower than bf16\n'
+        + "    kwargs_handlers=[\n"
+        + "        AORecipeKwargs(\n"
+        + f"            config=Float8LinearConfig.from_recipe_name({_quoted(advice.recipe.value)}),\n"
+        + "            module_filter_func=module_filter_func,\n"
+        + "        )\n"
+        + "    ],\n"
+        + ")\n"
+    )
+
+
+def _torchao(advice: Advice, header: list[str]) -> str:
+    return (
+        _comment(header)
+        + '"""torchao float8 training on exactly the Linear layers fp8advisor advised.\n'
+        + "\n"
+        + "Call convert_model(model) on the module whose FQNs these are, before torch.compile and before\n"
+        + "wrapping it for data parallelism.\n"
+        + '"""\n'
+        + "\n"
+        + "import torch\n"
+        + "from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n"
+        + "\n"
+        + f"FLOAT8_LAYERS = {_exact_set_literal(advice.convert_fqns)}\n"
+        + "\n"
+        + "\n"
+        + "def module_filter_fn(module, fqn):\n"
+        + '    """True: convert this nn.Linear to float8. An exact FQN match, no substring rule."""\n'
+        + "    return fqn in FLOAT8_LAYERS\n"
+        + "\n"
+        + "\n"
+        + "def convert_model(model: torch.nn.Module) -> torch.nn.Module:\n"
+        + "    convert_to_float8_training(\n"
+        + "        model,\n"
+        + f"        config=Float8LinearConfig.from_recipe_name({_quoted(advice.recipe.value)}),\n"
+        + "        module_filter_fn=module_filter_fn,\n"
+        + "    )\n"
+        + "    return torch.compile(model)  # float8 without torch.compile is slower than bf16\n"
+    )
+
+
+def _filter(advice: Advice, header: list[str], *, as_json: bool) -> str:
+    entries = list(advice.filter_fqns)
+    if as_json:
+        return json.dumps(entries, indent=2) + "\n"  # JSON has no comments: the bare list only
+    note = ["filter_fqns: keep in bf16 every nn.Linear whose FQN contains an entry (substring match)."]
+    body = yaml.safe_dump(entries, default_flow_style=False, width=1000) if entries else "[]\n"
+    return _comment(header) + _comment(note) + body
+
+
+def write(path: str | Path, text: str) -> Path:
+    """Write `text` byte for byte (LF line ends on every OS)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="\n") as handle:
+        handle.write(text)
+    return path
+
+
+def check(path: str | Path, expected_text: str) -> tuple[bool, str]:
+    """(True, "") when the file at `path` holds exactly `expected_text`; else (False, a unified diff from the
+    file to what would be written now). A missing file is a difference too."""
+    path = Path(path)
+    try:
+        current = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return False, f"{path} does not exist: write it with -o {path}\n"
+    if current == expected_text:
+        return True, ""
+    diff = difflib.unified_diff(
+        current.splitlines(keepends=True),
+        expected_text.splitlines(keepends=True),
+        fromfile=f"{path} (committed)",
+        tofile=f"{path} (fp8advisor suggest now)",
+    )
+    text = "".join(line if line.endswith("\n") else line + "\n" for line in diff)
+    return False, text
+
+
+__all__ = ["ConfigFormat", "Request", "check", "header_lines", "parse_format", "render", "write"]

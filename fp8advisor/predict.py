@@ -1,0 +1,330 @@
+"""Predict a Linear's float8 forward+backward speedup at its own (M, K, N) from a profile.
+
+Inside a profile's measured grid the prediction interpolates linearly in log space: coordinates log2 M, log2
+K, log2 N and value log(speedup). Speedup varies smoothly with the logarithm of the sizes (the published
+tables are laid out on powers of two for that reason), and interpolating the log keeps a ratio a ratio. A
+complete grid uses `scipy.interpolate.RegularGridInterpolator` (trilinear). A grid with holes (failed points)
+that still fills at least half of its product grid first fills each hole from its measured neighbours
+(`_fill_holes`: the mean of the linear interpolations along each axis), then interpolates the same way; this
+is deterministic and cheap, which leave-one-out needs (one fit per held-out point). Points that fill less than
+half of their product grid (a list of model shapes) use `LinearNDInterpolator` over their Delaunay
+triangulation, and nearest-neighbour where a query lies in the bounding box but outside their convex hull. All
+reproduce every measured point.
+
+Outside the grid the rule is, per coordinate:
+- above the largest measured size: clamp to the edge. Speedup saturates as GEMMs become compute bound (the
+  published H100 table changes by a few per cent between 16384 and 32768), and clamping never promises more
+  than was measured.
+- below the smallest measured size: the edge value times the roofline model's ratio speedup(query) /
+  speedup(edge), capped at 1. Below the grid fixed costs (cast kernels, launch floor) take over and speedup
+  falls; the roofline models exactly those costs, so it gives the direction and size of the fall, anchored to
+  a measured figure; the cap keeps the rule from predicting more than the measured edge.
+Such predictions say `how="extrapolated"`. Recipes a measured profile lacks come from the modelled roofline
+profile of the same GPU (`ProfileChoice.fallback`), and say `how="modelled"`, provenance "modelled".
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from fp8advisor.errors import ProfileError
+from fp8advisor.profile import Profile, ProfileChoice, SpeedupPoint
+from fp8advisor.recipes import BASELINE, Recipe
+from fp8advisor.roofline import GPU_SPECS, GpuSpecs, linear_fwd_bwd_time_s, roofline_speedup
+
+INTERPOLATED = "interpolated"
+EXTRAPOLATED = "extrapolated"
+MODELLED = "modelled"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A predicted figure and where it comes from.
+
+    `provenance` is that of the profile that answered ("measured", "published", "modelled"); `how` is
+    "interpolated" (inside its measured grid), "extrapolated" (outside it, by the rule above) or "modelled"
+    (the roofline formula); `profile` names the profile; `detail` says more for people.
+    """
+
+    speedup: float
+    provenance: str
+    how: str
+    profile: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """Predicted forward+backward time of one Linear in bf16 and in float8, for summing over a model.
+
+    `bf16_provenance`/`bf16_how` say where the bf16 time comes from (measured kernel times of the profile when
+    it has them, else the roofline); `speedup` is the float8 prediction, `float8_s = bf16_s /
+    speedup.speedup`.
+    """
+
+    bf16_s: float
+    float8_s: float
+    speedup: Prediction
+    bf16_provenance: str
+    bf16_how: str
+
+    @property
+    def provenance(self) -> str:
+        return self.speedup.provenance
+
+
+class LogGridModel:
+    """Linear interpolation of log(value) over (log2 M, log2 K, log2 N), exact at every point it was built
+    from.
+
+    A dimension with one measured value only is not interpolated: queries are clamped to it, like any query
+    outside the grid. `lower`/`upper` are the grid's bounds in log2 units.
+    """
+
+    def __init__(self, shapes: Sequence[tuple[int, int, int]], values: Sequence[float]):
+        if len(shapes) == 0:
+            raise ProfileError(
+                "no measured points to interpolate", hint="measure some shapes with `fp8advisor bench`"
+            )
+        coords = np.log2(np.asarray(shapes, dtype=float))
+        logs = np.log(np.asarray(values, dtype=float))
+        self.lower = coords.min(axis=0)
+        self.upper = coords.max(axis=0)
+        self._varying = [dim for dim in range(3) if self.upper[dim] > self.lower[dim]]
+        axes = [np.unique(coords[:, dim]) for dim in self._varying]
+        self.is_complete_grid = len(axes) > 0 and len(coords) == math.prod(len(a) for a in axes)
+        self.fill_fraction = 1.0
+        self._constant = float(logs[0]) if not self._varying else None
+        self._regular = self._scattered = self._nearest = None
+        if not self._varying:
+            if len(set(map(float, logs))) > 1:
+                raise ProfileError(
+                    "the same shape was measured with different speedups", hint="deduplicate the points"
+                )
+            return
+        reduced = coords[:, self._varying]
+        if len({tuple(row) for row in reduced}) != len(reduced):
+            raise ProfileError(
+                "a shape appears twice among the points", hint="merge repeated measurements first"
+            )
+        shape = [len(a) for a in axes]
+        self.fill_fraction = len(reduced) / math.prod(shape)
+        if self.fill_fraction >= 0.5:
+            from scipy.interpolate import RegularGridInterpolator
+
+            grid = np.full(shape, np.nan)
+            grid[tuple(np.searchsorted(a, reduced[:, i]) for i, a in enumerate(axes))] = logs
+            if not self.is_complete_grid:
+                grid = _fill_holes(grid, axes)
+            self._regular = RegularGridInterpolator(tuple(axes), grid, method="linear")
+            return
+        from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
+        from scipy.spatial import QhullError
+
+        self._nearest = NearestNDInterpolator(reduced, logs)
+        try:
+            self._scattered = LinearNDInterpolator(reduced, logs)
+        except (QhullError, ValueError):
+            self._scattered = None  # coplanar points: nearest neighbour only
+
+    def contains(self, log_coords: np.ndarray) -> bool:
+        return bool(np.all(log_coords >= self.lower) and np.all(log_coords <= self.upper))
+
+    def log_value(self, log_coords: np.ndarray) -> float:
+        """log(value) at log2 coordinates, which must lie inside [lower, upper] (clamp first)."""
+        if self._constant is not None:
+            return self._constant
+        reduced = np.asarray(log_coords, dtype=float)[self._varying]
+        if self._regular is not None:
+            return float(self._regular(reduced[None, :])[0])
+        if self._scattered is not None:
+            value = float(self._scattered(reduced[None, :])[0])
+            if math.isfinite(value):
+                return value
+        return float(self._nearest(reduced[None, :])[0])
+
+
+def _fill_holes(grid: np.ndarray, axes: Sequence[np.ndarray]) -> np.ndarray:
+    """Fill the NaN cells of a grid of log values from its measured cells, deterministically.
+
+    A hole gets the mean, over the axes, of the linear interpolation (in log2 coordinates) between the nearest
+    measured cells on both sides along that axis; where no axis has measured cells on both sides, the mean of
+    the nearest measured cells along the axes (one-sided, i.e. constant extrapolation). Holes with no measured
+    cell on any of their axis lines are filled in later passes from the cells filled before.
+    """
+    measured = grid.copy()
+    filled = grid.copy()
+    while np.isnan(filled).any():
+        progress = False
+        for hole in zip(*np.nonzero(np.isnan(filled)), strict=True):
+            two_sided, one_sided = [], []
+            for dim, axis in enumerate(axes):
+                line = [measured[hole[:dim] + (i,) + hole[dim + 1 :]] for i in range(len(axis))]
+                below = [i for i in range(hole[dim]) if not np.isnan(line[i])]
+                above = [i for i in range(hole[dim] + 1, len(axis)) if not np.isnan(line[i])]
+                if below and above:
+                    lo, hi = below[-1], above[0]
+                    weight = (axis[hole[dim]] - axis[lo]) / (axis[hi] - axis[lo])
+                    two_sided.append((1 - weight) * line[lo] + weight * line[hi])
+                elif below or above:
+                    nearest = below[-1] if below else above[0]
+                    one_sided.append((abs(axis[nearest] - axis[hole[dim]]), line[nearest]))
+            if two_sided:
+                filled[hole] = float(np.mean(two_sided))
+            elif one_sided:
+                closest = min(distance for distance, _ in one_sided)
+                filled[hole] = float(np.mean([value for distance, value in one_sided if distance == closest]))
+            else:
+                continue
+            progress = True
+        if not progress:
+            raise ProfileError("cannot fill the holes of the measured grid", hint="measure more shapes")
+        measured = filled.copy()
+    return filled
+
+
+@functools.lru_cache(maxsize=64)
+def _speedup_model(points: tuple[SpeedupPoint, ...]) -> LogGridModel:
+    return LogGridModel([p.shape for p in points], [p.speedup for p in points])
+
+
+@functools.lru_cache(maxsize=64)
+def _bf16_time_model(points: tuple[SpeedupPoint, ...]) -> LogGridModel:
+    by_shape: dict[tuple[int, int, int], float] = {}
+    for point in points:
+        by_shape.setdefault(point.shape, point.bf16_time_s)
+    return LogGridModel(list(by_shape), list(by_shape.values()))
+
+
+def roofline_specs_for(profile: Profile) -> GpuSpecs:
+    """The roofline constants that go with a profile: its own, else its GPU family's, else H100's."""
+    if profile.roofline is not None:
+        return profile.roofline
+    return GPU_SPECS.get(profile.family or "", GPU_SPECS["H100"])
+
+
+def _check_shape(M: int, K: int, N: int) -> tuple[int, int, int]:
+    shape = (int(M), int(K), int(N))
+    if min(shape) <= 0:
+        raise ValueError(f"M, K and N must be positive, got {shape}")
+    return shape
+
+
+def extrapolate(
+    model: LogGridModel,
+    shape: tuple[int, int, int],
+    model_ratio: Callable[[tuple[int, int, int], tuple[int, int, int]], float],
+    *,
+    clamp_above: bool = True,
+    cap_ratio: bool = True,
+) -> tuple[float, bool, str]:
+    """Value at `shape`: interpolated inside the grid, else the edge value scaled per the module's outside
+    rule.
+
+    `model_ratio(query, edge)` is the modelled value at query over the one at edge. Returns (value, inside,
+    detail). With `clamp_above=False` the ratio also scales queries above the grid; `cap_ratio` caps it at 1.
+    """
+    query = np.log2(np.asarray(shape, dtype=float))
+    clamped = np.clip(query, model.lower, model.upper)
+    value = math.exp(model.log_value(clamped))
+    if model.contains(query):
+        return value, True, "inside the measured grid"
+    edge = tuple(int(round(2**c)) for c in clamped)
+    scaled_from = np.minimum(query, model.upper) if clamp_above else query
+    scaled = tuple(int(round(2**c)) for c in scaled_from)
+    words = []
+    if np.any(query > model.upper):
+        words.append(
+            "clamped to the largest measured size" if clamp_above else "scaled beyond the largest size"
+        )
+    if scaled != edge:
+        ratio = model_ratio(scaled, edge)
+        if cap_ratio:
+            ratio = min(ratio, 1.0)
+        value *= ratio
+        words.append(f"edge {edge} times roofline ratio {ratio:.3g}")
+    return value, False, "; ".join(words)
+
+
+def predict_speedup(
+    profile: Profile | ProfileChoice, recipe: Recipe | str, M: int, K: int, N: int
+) -> Prediction:
+    """Predicted forward+backward speedup of a bf16 Linear (K -> N, M rows) converted with `recipe`.
+
+    A `ProfileChoice` answers from its primary profile when that covers the recipe, else from its modelled
+    fallback; a bare `Profile` must cover the recipe (ProfileError otherwise).
+    """
+    shape = _check_shape(M, K, N)
+    recipe = Recipe(recipe)
+    answering = profile.profile_for(recipe) if isinstance(profile, ProfileChoice) else profile
+    body = answering.recipe(recipe)  # ProfileError when not covered
+    specs = roofline_specs_for(answering)
+    fused = bool(body.model.get("fused", True))
+    if not body.points:
+        speedup = roofline_speedup(*shape, recipe, specs, fused=fused)
+        return Prediction(
+            speedup, answering.provenance, MODELLED, answering.name, f"roofline model ({specs.family})"
+        )
+
+    def roofline_ratio(query: tuple[int, int, int], edge: tuple[int, int, int]) -> float:
+        return roofline_speedup(*query, recipe, specs, fused=fused) / roofline_speedup(
+            *edge, recipe, specs, fused=fused
+        )
+
+    speedup, inside, detail = extrapolate(_speedup_model(body.points), shape, roofline_ratio)
+    return Prediction(
+        speedup, answering.provenance, INTERPOLATED if inside else EXTRAPOLATED, answering.name, detail
+    )
+
+
+def predicted_bf16_time_s(profile: Profile | ProfileChoice, M: int, K: int, N: int) -> tuple[float, str, str]:
+    """Forward+backward time of the bf16 Linear: (seconds, provenance, how).
+
+    From the primary profile's measured bf16 kernel times when it has them (log-space interpolation; outside
+    the grid the edge time scaled by the roofline's bf16 time ratio, in both directions since time does not
+    saturate), else the roofline model of the profile's GPU (how="modelled"). It does not depend on the
+    recipe, so totals of different recipes share one baseline.
+    """
+    shape = _check_shape(M, K, N)
+    primary = profile.primary if isinstance(profile, ProfileChoice) else profile
+    timed = tuple(p for body in primary.recipes.values() for p in body.points if p.bf16_time_s is not None)
+    specs = roofline_specs_for(primary)
+    if not timed:
+        return linear_fwd_bwd_time_s(*shape, BASELINE, specs), MODELLED, MODELLED
+
+    def time_ratio(query: tuple[int, int, int], edge: tuple[int, int, int]) -> float:
+        return linear_fwd_bwd_time_s(*query, BASELINE, specs) / linear_fwd_bwd_time_s(*edge, BASELINE, specs)
+
+    seconds, inside, _ = extrapolate(
+        _bf16_time_model(timed), shape, time_ratio, clamp_above=False, cap_ratio=False
+    )
+    return seconds, primary.provenance, INTERPOLATED if inside else EXTRAPOLATED
+
+
+def predicted_times_s(
+    profile: Profile | ProfileChoice, recipe: Recipe | str, M: int, K: int, N: int
+) -> LayerTimes:
+    """bf16 and float8 forward+backward times of one Linear, with their provenance (see `LayerTimes`)."""
+    speedup = predict_speedup(profile, recipe, M, K, N)
+    bf16_s, bf16_provenance, bf16_how = predicted_bf16_time_s(profile, M, K, N)
+    return LayerTimes(bf16_s, bf16_s / speedup.speedup, speedup, bf16_provenance, bf16_how)
+
+
+__all__ = [
+    "EXTRAPOLATED",
+    "INTERPOLATED",
+    "MODELLED",
+    "LayerTimes",
+    "LogGridModel",
+    "Prediction",
+    "extrapolate",
+    "predict_speedup",
+    "predicted_bf16_time_s",
+    "predicted_times_s",
+    "roofline_specs_for",
+]

@@ -1,0 +1,516 @@
+"""Speedup profiles: what float8 buys on one GPU, per recipe, as a versioned JSON document.
+
+A profile is written by `fp8advisor fit` (from `bench` results or a published table) or built from the
+roofline model, and shipped in `data/profiles/`. `select_profile` picks the best one for a GPU and pairs it
+with the modelled roofline profile of the same GPU, which answers for the recipes the primary profile does not
+cover (`ProfileChoice`). Format: schema `fp8advisor.profile/1` (see `Profile.to_json`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fp8advisor.errors import ProfileError
+from fp8advisor.paths import PROFILES_DIR
+from fp8advisor.recipes import Recipe
+from fp8advisor.roofline import GpuSpecs, gpu_family
+
+SCHEMA = "fp8advisor.profile/1"
+
+#: Where a figure comes from. `emulated` profiles (fitted from `bench --emulate`) exist for tests and are
+#: never selected automatically.
+PROVENANCES = ("measured", "published", "modelled", "emulated")
+
+#: Environment variable naming the directory of the user's own profiles (default:
+#: ~/.cache/fp8advisor/profiles).
+PROFILE_DIR_ENV = "FP8ADVISOR_PROFILE_DIR"
+
+#: The family whose shipped profile answers for GPUs that have none of their own.
+DEFAULT_FAMILY = "H100"
+
+
+def user_profile_dir() -> Path:
+    """The directory `fit` writes to by default and `select_profile` looks in first."""
+    configured = os.environ.get(PROFILE_DIR_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".cache" / "fp8advisor" / "profiles"
+
+
+def stable_float(value: float, digits: int = 6) -> float:
+    """A float rounded to `digits` significant digits, so that generated JSON is the same on every machine."""
+    if value == 0 or not math.isfinite(value):
+        return float(value)
+    return float(f"{value:.{digits}g}")
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """The GPU a profile describes. `family` ("H100") is what selection matches on."""
+
+    name: str
+    family: str | None
+    compute_capability: tuple[int, int] | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "family": self.family,
+            "compute_capability": list(self.compute_capability) if self.compute_capability else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> DeviceInfo:
+        capability = data.get("compute_capability")
+        return cls(
+            name=str(data["name"]),
+            family=data.get("family") or gpu_family(str(data["name"])) or str(data["name"]),
+            compute_capability=tuple(int(v) for v in capability) if capability else None,
+        )
+
+
+@dataclass(frozen=True)
+class SpeedupPoint:
+    """One measured shape: speedup = bf16 time / float8 time; the times when the source had them."""
+
+    M: int
+    K: int
+    N: int
+    speedup: float
+    bf16_time_s: float | None = None
+    float8_time_s: float | None = None
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.M, self.K, self.N)
+
+    def to_json(self) -> dict:
+        data: dict[str, Any] = {"M": self.M, "K": self.K, "N": self.N, "speedup": stable_float(self.speedup)}
+        if self.bf16_time_s is not None:
+            data["bf16_time_s"] = stable_float(self.bf16_time_s)
+        if self.float8_time_s is not None:
+            data["float8_time_s"] = stable_float(self.float8_time_s)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> SpeedupPoint:
+        return cls(
+            M=int(data["M"]),
+            K=int(data["K"]),
+            N=int(data["N"]),
+            speedup=float(data["speedup"]),
+            bf16_time_s=None if data.get("bf16_time_s") is None else float(data["bf16_time_s"]),
+            float8_time_s=None if data.get("float8_time_s") is None else float(data["float8_time_s"]),
+        )
+
+
+@dataclass(frozen=True)
+class FitError:
+    """How well the profile's predictor reproduces measured points it did not see (leave-one-out)."""
+
+    method: str
+    median_relative_error: float
+    worst_relative_error: float
+    sign_accuracy: float  # fraction of held-out points where "speedup > 1" was predicted right
+    n: int
+
+    def to_json(self) -> dict:
+        return {
+            "method": self.method,
+            "median_relative_error": stable_float(self.median_relative_error, 4),
+            "worst_relative_error": stable_float(self.worst_relative_error, 4),
+            "sign_accuracy": stable_float(self.sign_accuracy, 4),
+            "n": self.n,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> FitError:
+        return cls(
+            method=str(data["method"]),
+            median_relative_error=float(data["median_relative_error"]),
+            worst_relative_error=float(data["worst_relative_error"]),
+            sign_accuracy=float(data["sign_accuracy"]),
+            n=int(data["n"]),
+        )
+
+
+@dataclass(frozen=True)
+class RecipeProfile:
+    """What a profile knows of one recipe: its measured points, the predictor's settings and its error."""
+
+    points: tuple[SpeedupPoint, ...] = ()
+    model: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    error: FitError | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "points": [point.to_json() for point in sorted(self.points, key=lambda p: p.shape)],
+            "model": dict(self.model),
+            "error": self.error.to_json() if self.error else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> RecipeProfile:
+        return cls(
+            points=tuple(SpeedupPoint.from_json(point) for point in data.get("points") or ()),
+            model=dict(data.get("model") or {}),
+            error=FitError.from_json(data["error"]) if data.get("error") else None,
+        )
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A versioned speedup profile of one GPU (schema `fp8advisor.profile/1`)."""
+
+    name: str
+    provenance: str  # one of PROVENANCES
+    source: str
+    created: str
+    device: DeviceInfo
+    software: Mapping[str, str] = field(default_factory=dict, hash=False)
+    method: str = ""
+    recipes: Mapping[str, RecipeProfile] = field(default_factory=dict, hash=False)
+    roofline: GpuSpecs | None = None  # the constants of a modelled profile
+    path: Path | None = field(
+        default=None, compare=False
+    )  # where it was loaded from; None when built in memory
+
+    @property
+    def family(self) -> str | None:
+        return self.device.family
+
+    @property
+    def is_modelled(self) -> bool:
+        return self.provenance == "modelled"
+
+    def covers(self, recipe: Recipe | str) -> bool:
+        """True when this profile has figures for `recipe` (points, or a model that predicts it)."""
+        return str(Recipe(recipe)) in self.recipes
+
+    def recipe(self, recipe: Recipe | str) -> RecipeProfile:
+        try:
+            return self.recipes[str(Recipe(recipe))]
+        except KeyError:
+            raise ProfileError(
+                f"profile {self.name!r} has no figures for recipe {Recipe(recipe)}",
+                hint=f"it covers: {', '.join(self.recipes) or 'nothing'}; pick another recipe or profile",
+            ) from None
+
+    def describe(self) -> str:
+        """One line for people: name, provenance, GPU, recipes."""
+        return f"{self.name} ({self.provenance}, {self.device.name}, recipes: {', '.join(self.recipes)})"
+
+    def to_json(self) -> dict:
+        data = {
+            "schema": SCHEMA,
+            "name": self.name,
+            "provenance": self.provenance,
+            "source": self.source,
+            "created": self.created,
+            "device": self.device.to_json(),
+            "software": dict(self.software),
+            "method": self.method,
+            "recipes": {name: self.recipes[name].to_json() for name in sorted(self.recipes)},
+        }
+        if self.roofline is not None:
+            data["roofline"] = self.roofline.to_json()
+        return data
+
+    @classmethod
+    def from_json(cls, data: Any, *, path: Path | None = None) -> Profile:
+        """Validate and read a profile document; a ProfileError says what is wrong and where."""
+        where = str(path) if path else None
+        if not isinstance(data, dict):
+            raise ProfileError(
+                "a profile must be a JSON object", hint="regenerate it with `fp8advisor fit`", location=where
+            )
+        schema = data.get("schema")
+        if schema != SCHEMA:
+            raise ProfileError(
+                f"not a profile of schema {SCHEMA!r} (schema: {schema!r})",
+                hint="profiles are written by `fp8advisor fit`; regenerate it with the installed version",
+                location=where,
+            )
+        missing = [key for key in ("name", "provenance", "device", "recipes") if key not in data]
+        if missing:
+            raise ProfileError(
+                f"profile lacks {', '.join(missing)}",
+                hint="regenerate it with `fp8advisor fit`",
+                location=where,
+            )
+        if data["provenance"] not in PROVENANCES:
+            raise ProfileError(
+                f"unknown provenance {data['provenance']!r}",
+                hint=f"use one of: {', '.join(PROVENANCES)}",
+                location=where,
+            )
+        unknown = [name for name in data["recipes"] if name not in {r.value for r in Recipe}]
+        if unknown:
+            raise ProfileError(
+                f"unknown recipe(s) {', '.join(unknown)}",
+                hint=f"recipes are: {', '.join(r.value for r in Recipe)}",
+                location=where,
+            )
+        try:
+            device = DeviceInfo.from_json(data["device"])
+            recipes = {name: RecipeProfile.from_json(body) for name, body in data["recipes"].items()}
+            roofline = (
+                GpuSpecs.from_json(data["roofline"], family=device.family or device.name)
+                if data.get("roofline")
+                else None
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise ProfileError(
+                f"malformed profile ({type(error).__name__}: {error})",
+                hint="regenerate it with `fp8advisor fit`",
+                location=where,
+            ) from None
+        for name, body in recipes.items():
+            if len({point.shape for point in body.points}) != len(body.points):
+                raise ProfileError(
+                    f"recipe {name}: a shape appears twice among its points",
+                    hint="merge repeated measurements (fp8advisor fit does) and regenerate the profile",
+                    location=where,
+                )
+            for point in body.points:
+                if min(point.shape) <= 0 or not (point.speedup > 0 and math.isfinite(point.speedup)):
+                    raise ProfileError(
+                        f"recipe {name}: point {point.shape}: size or speedup ({point.speedup}) not positive",
+                        hint="fix or drop that point and regenerate the profile",
+                        location=where,
+                    )
+            if not body.points and roofline is None:
+                raise ProfileError(
+                    f"recipe {name} has neither measured points nor roofline constants to predict from",
+                    hint="a modelled profile needs a 'roofline' section",
+                    location=where,
+                )
+        return cls(
+            name=str(data["name"]),
+            provenance=str(data["provenance"]),
+            source=str(data.get("source", "")),
+            created=str(data.get("created", "")),
+            device=device,
+            software={str(k): str(v) for k, v in (data.get("software") or {}).items()},
+            method=str(data.get("method", "")),
+            recipes=recipes,
+            roofline=roofline,
+            path=path,
+        )
+
+
+def dumps_profile(profile: Profile) -> str:
+    """The profile as deterministic JSON text: sorted keys, 2-space indent, trailing newline."""
+    return json.dumps(profile.to_json(), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def save_profile(profile: Profile, path: str | Path) -> Path:
+    """Write the profile (atomically: a temporary file renamed into place) and return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp")
+    temporary.write_text(dumps_profile(profile), encoding="utf-8")
+    os.replace(temporary, path)
+    return path
+
+
+def _read_profile_file(path: Path) -> Profile:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ProfileError(
+            f"cannot read profile: {error.strerror}", hint="check the path", location=str(path)
+        ) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ProfileError(
+            f"not valid JSON: {error.msg} at line {error.lineno}",
+            hint="profiles are JSON documents written by `fp8advisor fit`",
+            location=str(path),
+        ) from None
+    return Profile.from_json(data, path=path)
+
+
+def _profiles_in(directory: Path) -> list[Profile]:
+    if not directory.is_dir():
+        return []
+    return [_read_profile_file(path) for path in sorted(directory.glob("*.json"))]
+
+
+def list_profiles(*, include_user: bool = True) -> list[Profile]:
+    """Every shipped profile, then the user's own (from `user_profile_dir()`), each sorted by file name."""
+    profiles = _profiles_in(PROFILES_DIR)
+    if include_user:
+        profiles += _profiles_in(user_profile_dir())
+    return profiles
+
+
+def load_profile(name_or_path: str | Path) -> Profile:
+    """A profile by path, or by name (a user profile of that name first, then a shipped one)."""
+    candidate = Path(name_or_path).expanduser()
+    looks_like_path = candidate.suffix == ".json" or os.sep in str(name_or_path) or candidate.is_file()
+    if looks_like_path:
+        if not candidate.is_file():
+            raise ProfileError(
+                f"no profile file {str(name_or_path)!r}",
+                hint="give a path to a profile JSON, or a name from `fp8advisor fit` / data/profiles",
+            )
+        return _read_profile_file(candidate)
+    for directory in (user_profile_dir(), PROFILES_DIR):
+        path = directory / f"{name_or_path}.json"
+        if path.is_file():
+            return _read_profile_file(path)
+    known = sorted({profile.name for profile in list_profiles()})
+    raise ProfileError(f"no profile named {str(name_or_path)!r}", hint=f"known profiles: {', '.join(known)}")
+
+
+@dataclass(frozen=True)
+class ProfileChoice:
+    """The profile chosen for a GPU, with the modelled profile that answers where it has no figures.
+
+    `primary` answers for the recipes it covers; `fallback` (the roofline profile of the same GPU family, None
+    when the primary is itself modelled or no model exists) answers for the others. `reason` says why, for
+    people.
+    """
+
+    primary: Profile
+    fallback: Profile | None
+    reason: str
+
+    @property
+    def name(self) -> str:
+        return self.primary.name
+
+    @property
+    def path(self) -> Path | None:
+        return self.primary.path
+
+    @property
+    def provenance(self) -> str:
+        return self.primary.provenance
+
+    def covers(self, recipe: Recipe | str) -> bool:
+        return self.primary.covers(recipe) or (self.fallback is not None and self.fallback.covers(recipe))
+
+    def profile_for(self, recipe: Recipe | str) -> Profile:
+        """The profile that answers for `recipe`: the primary when it covers it, else the fallback."""
+        if self.primary.covers(recipe):
+            return self.primary
+        if self.fallback is not None and self.fallback.covers(recipe):
+            return self.fallback
+        return self.primary  # raises a clear ProfileError on use
+
+    def describe(self) -> str:
+        text = f"profile {self.primary.describe()}: {self.reason}"
+        if self.fallback is not None:
+            text += f"; other recipes and sizes from {self.fallback.name} ({self.fallback.provenance})"
+        return text
+
+
+def modelled_profile_for(family: str | None) -> Profile | None:
+    """The shipped roofline profile of a GPU family, None when none is shipped."""
+    if family is None:
+        return None
+    for profile in _profiles_in(PROFILES_DIR):
+        if profile.is_modelled and profile.family == family:
+            return profile
+    return None
+
+
+def _pair(primary: Profile, reason: str) -> ProfileChoice:
+    fallback = None if primary.is_modelled else modelled_profile_for(primary.family)
+    return ProfileChoice(primary=primary, fallback=fallback, reason=reason)
+
+
+def _detect_device_name() -> str | None:
+    """The name of CUDA device 0, or None without a GPU (torch imported only here)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name(0)
+    except Exception:  # a broken CUDA install must not stop advice from the shipped profiles
+        return None
+    return None
+
+
+def _newest(profiles: list[Profile]) -> Profile:
+    return max(profiles, key=lambda profile: (profile.created, profile.name))
+
+
+def select_profile(
+    requested: str | Path | None = None, *, device_name: str | None = None, detect_device: bool = True
+) -> ProfileChoice:
+    """Choose the profile to predict with, and say why.
+
+    `requested` (a name or path) wins. Otherwise, for the GPU `device_name` (detected from CUDA device 0 when
+    None and `detect_device`): a profile the user made for this GPU family (in `user_profile_dir()`, the
+    newest; measured before published) > the shipped one for this family (measured or published before
+    modelled) > the shipped H100 one. The result pairs it with the modelled roofline profile of the same
+    family.
+    """
+    if requested is not None:
+        return _pair(load_profile(requested), "requested with --profile")
+    if device_name is None and detect_device:
+        device_name = _detect_device_name()
+    # a GPU the roofline table lacks is its own family, so that the user's profile of it is still found
+    family = gpu_family(device_name) or device_name
+    gpu_words = f"{device_name} ({family})" if family != device_name else (device_name or "no GPU found")
+
+    if family is not None:
+        user_profiles = [
+            p
+            for p in _profiles_in(user_profile_dir())
+            if p.family == family and p.provenance in ("measured", "published")
+        ]
+        if user_profiles:
+            measured = [p for p in user_profiles if p.provenance == "measured"]
+            chosen = _newest(measured or user_profiles)
+            return _pair(chosen, f"your own profile for {gpu_words} in {user_profile_dir()}")
+        shipped = [p for p in _profiles_in(PROFILES_DIR) if p.family == family and p.provenance != "emulated"]
+        if shipped:
+            rank = {"measured": 0, "published": 1, "modelled": 2}
+            best_rank = min(rank[p.provenance] for p in shipped)
+            chosen = _newest([p for p in shipped if rank[p.provenance] == best_rank])
+            return _pair(chosen, f"the shipped profile for {gpu_words}")
+
+    shipped_default = [
+        p
+        for p in _profiles_in(PROFILES_DIR)
+        if p.family == DEFAULT_FAMILY and p.provenance in ("measured", "published")
+    ]
+    if not shipped_default:
+        raise ProfileError(
+            f"no shipped {DEFAULT_FAMILY} profile found in {PROFILES_DIR}",
+            hint="reinstall fp8advisor, or pass --profile PATH",
+        )
+    why = f"no profile for {device_name}" if device_name else "no GPU found"
+    return _pair(_newest(shipped_default), f"{why}: the shipped {DEFAULT_FAMILY} profile")
+
+
+__all__ = [
+    "PROFILE_DIR_ENV",
+    "PROVENANCES",
+    "SCHEMA",
+    "DeviceInfo",
+    "FitError",
+    "Profile",
+    "ProfileChoice",
+    "RecipeProfile",
+    "SpeedupPoint",
+    "dumps_profile",
+    "list_profiles",
+    "load_profile",
+    "modelled_profile_for",
+    "save_profile",
+    "select_profile",
+    "stable_float",
+    "user_profile_dir",
+]

@@ -1,0 +1,411 @@
+"""The results store: one JSON Lines file per run, written so that a kill loses at most the point in flight.
+
+Layout (see the project's shared schema, `fp8advisor.results/1`): `<out>/run-<UTC timestamp>-<run id>.jsonl`.
+Line 1 is the run header (device, software, method, grid); every later line is one measured point. Each line
+is written with a single `write` of the whole line, then flushed and fsync'ed, so a crash can at worst leave a
+torn last line, which `read_run` ignores.
+
+Resume: a sweep that finds earlier runs in its output directory measured with the same device name, software
+versions and grid points skips every (M, K, N, recipe) already recorded there, ok or failed, and writes the
+rest to a new run file whose header lists the runs it continues (`"resumes"`). Reading the directory back
+gives every point exactly once.
+
+Speedup of a float8 point = bf16 time / float8 time at the same (M, K, N), taken from the same run or from a
+run with identical device name and software versions (`pair_with_baseline`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from fp8advisor.errors import ResultsError
+from fp8advisor.recipes import BASELINE
+
+SCHEMA = "fp8advisor.results/1"
+RUN_FILE_GLOB = "run-*.jsonl"
+
+#: (M, K, N, recipe): the identity of a point within a run.
+PointKey = tuple[int, int, int, str]
+
+
+# --- names and times
+# -------------------------------------------------------------------------------------------
+
+
+def utc_now() -> str:
+    """The current time as the results files write it: `2026-11-22T10:00:00Z`."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def new_run_id() -> str:
+    """A short random id (8 hex digits) that tells apart runs started in the same second."""
+    return secrets.token_hex(4)
+
+
+def run_file_name(started: str, run_id: str) -> str:
+    """`run-20261122T100000Z-1a2b3c4d.jsonl` for a run started at `2026-11-22T10:00:00Z`."""
+    stamp = started.replace("-", "").replace(":", "")
+    return f"run-{stamp}-{run_id}.jsonl"
+
+
+# --- records
+# ---------------------------------------------------------------------------------------------------
+
+
+def _json_safe(value):
+    """Non-finite floats become null: JSON has no NaN or Infinity and other tools reject them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(item) for item in value]
+    return value
+
+
+def encode_line(record: dict) -> bytes:
+    """One record as one line of JSON (UTF-8, newline-terminated)."""
+    return (json.dumps(_json_safe(record), allow_nan=False) + "\n").encode("utf-8")
+
+
+def point_key(point: dict) -> PointKey:
+    return (int(point["M"]), int(point["K"]), int(point["N"]), str(point["recipe"]))
+
+
+def grid_point_keys(grid: dict) -> frozenset[PointKey]:
+    """Every (M, K, N, recipe) a header's grid asks for: its `shapes` list, or the product of M, K and N."""
+    if grid.get("shapes") is not None:
+        shapes = [tuple(shape) for shape in grid["shapes"]]
+    else:
+        shapes = list(itertools.product(grid["M"], grid["K"], grid["N"]))
+    return frozenset(
+        (int(M), int(K), int(N), str(recipe)) for (M, K, N) in shapes for recipe in grid["recipes"]
+    )
+
+
+def setup_key(header: dict) -> tuple:
+    """What must match for two runs' figures to be compared: device name, emulation, software versions."""
+    device = header.get("device") or {}
+    software = header.get("software") or {}
+    return (device.get("name"), bool(device.get("emulated")), tuple(sorted(software.items())))
+
+
+def same_setup(a: dict, b: dict) -> bool:
+    return setup_key(a) == setup_key(b)
+
+
+# --- reading
+# ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Run:
+    """One results file: its header and its points, in the order they were measured."""
+
+    header: dict
+    points: list[dict]
+    path: Path
+
+    @property
+    def run_id(self) -> str:
+        return self.header["run_id"]
+
+    @property
+    def device_name(self) -> str:
+        return self.header["device"]["name"]
+
+    @property
+    def emulated(self) -> bool:
+        return bool(self.header["device"].get("emulated"))
+
+    def keys(self) -> set[PointKey]:
+        return {point_key(point) for point in self.points}
+
+
+def read_run(path: Path) -> Run:
+    """Read one results file. A torn last line (a kill mid-write) is ignored; any other bad line is an
+    error."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ResultsError(f"cannot read {path}: {error.strerror}") from None
+    lines = data.split(b"\n")
+    # The last element is b"" when the file ends with a newline; otherwise it is an unterminated, torn line.
+    complete, tail = lines[:-1], lines[-1]
+    records = []
+    for number, line in enumerate(complete, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            raise ResultsError(
+                f"line {number} is not JSON ({error.msg})",
+                hint="the file was edited or corrupted; remove the bad line or the file",
+                location=f"{path}:{number}",
+            ) from None
+    if tail.strip():
+        try:  # a complete record that only lacks its newline is still a record
+            records.append(json.loads(tail))
+        except json.JSONDecodeError:
+            pass  # torn by a kill: the point in flight is lost, by design
+    if not records:
+        raise ResultsError(f"{path} is empty", hint="delete it; a run file starts with its header line")
+    header = records[0]
+    if header.get("kind") != "run" or header.get("schema") != SCHEMA:
+        raise ResultsError(
+            f"{path} is not an fp8advisor results file (line 1 must be a run header with schema {SCHEMA})",
+            location=f"{path}:1",
+        )
+    points = [record for record in records[1:] if record.get("kind") == "point"]
+    return Run(header=header, points=points, path=path)
+
+
+def runs_in(directory: Path, *, skip_unreadable: bool = False) -> list[Run]:
+    """Every run file in `directory`, oldest first (file names start with the UTC start time); [] if none.
+
+    `skip_unreadable` passes over files that are not results (e.g. a run killed before its header landed)."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    runs = []
+    for path in sorted(directory.glob(RUN_FILE_GLOB)):
+        try:
+            runs.append(read_run(path))
+        except ResultsError:
+            if not skip_unreadable:
+                raise
+    return runs
+
+
+def load_results(paths: Sequence[Path | str]) -> list[Run]:
+    """Runs from results files and directories (a directory contributes every `run-*.jsonl` in it)."""
+    runs: list[Run] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found = runs_in(path)
+            if not found:
+                raise ResultsError(
+                    f"{path} holds no results files ({RUN_FILE_GLOB})",
+                    hint="run `fp8advisor bench --out DIR` first, or pass the .jsonl files themselves",
+                )
+            runs.extend(found)
+        elif path.is_file():
+            runs.append(read_run(path))
+        else:
+            raise ResultsError(f"{path} does not exist", hint="pass a results directory or run-*.jsonl file")
+    return runs
+
+
+# --- writing ------------------------------------------------------------------------------------------------
+
+
+class RunWriter:
+    """Appends records to one run file, each durable before `append` returns."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        # O_APPEND: each write lands at the end even if something else grew the file; one write per line.
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    @classmethod
+    def create(cls, out_dir: Path, header: dict) -> RunWriter:
+        """A new run file in `out_dir` named after the header's start time and run id, header written."""
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / run_file_name(header["started"], header["run_id"])
+        if path.exists():
+            raise ResultsError(f"{path} already exists", hint="run ids are random; run bench again")
+        writer = cls(path)
+        writer.append(header)
+        return writer
+
+    def append(self, record: dict) -> None:
+        line = encode_line(record)
+        view = memoryview(line)
+        while view:  # os.write may write less than asked (signals, pipes); finish the line
+            written = os.write(self._fd, view)
+            view = view[written:]
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> RunWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def make_header(
+    *,
+    run_id: str,
+    started: str,
+    device: dict,
+    software: dict,
+    method: dict,
+    grid: dict,
+    resumes: Iterable[str] = (),
+    ceilings: dict | None = None,
+) -> dict:
+    """The run header line. `resumes` names earlier runs this one continues; `ceilings` are the device's
+    measured matmul rates and bandwidth (null when not measured, e.g. emulated)."""
+    return {
+        "kind": "run",
+        "schema": SCHEMA,
+        "run_id": run_id,
+        "started": started,
+        "device": device,
+        "software": software,
+        "method": method,
+        "grid": grid,
+        "resumes": list(resumes),
+        "ceilings": ceilings,
+    }
+
+
+def resumable_runs(out_dir: Path, header: dict) -> list[Run]:
+    """Earlier runs in `out_dir` that a sweep with `header` continues: same device, software, grid points."""
+    wanted = grid_point_keys(header["grid"])
+    return [
+        run
+        for run in runs_in(out_dir, skip_unreadable=True)
+        if same_setup(run.header, header) and grid_point_keys(run.header["grid"]) == wanted
+    ]
+
+
+def done_keys(runs: Iterable[Run]) -> set[PointKey]:
+    """Every (M, K, N, recipe) recorded in `runs`, ok or failed."""
+    return {key for run in runs for key in run.keys()}
+
+
+# --- speedups -----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Speedup:
+    """A float8 point set against its bf16 baseline. `basis` says which time was divided."""
+
+    M: int
+    K: int
+    N: int
+    recipe: str
+    speedup: float
+    bf16_time_s: float
+    float8_time_s: float
+    basis: str  # "kernel_time" (GPU kernel time, the published method) or "wall_time_median" (emulated runs)
+    device_name: str
+    emulated: bool
+    run_id: str  # the run of the float8 point
+
+    def to_json(self) -> dict:
+        return {
+            "M": self.M,
+            "K": self.K,
+            "N": self.N,
+            "recipe": self.recipe,
+            "speedup": self.speedup,
+            "bf16_time_s": self.bf16_time_s,
+            "float8_time_s": self.float8_time_s,
+            "basis": self.basis,
+            "device_name": self.device_name,
+            "emulated": self.emulated,
+            "run_id": self.run_id,
+        }
+
+
+def _point_time(point: dict, basis: str) -> float | None:
+    if basis == "kernel_time":
+        return point.get("kernel_time_s")
+    wall = point.get("wall_time_s") or {}
+    return wall.get("median")
+
+
+def pair_with_baseline(runs: Sequence[Run], *, basis: str = "auto") -> list[Speedup]:
+    """Speedup of every ok float8 point over the ok bf16 point of the same shape and setup.
+
+    `basis`: "kernel_time" (GPU kernel time, as torchao publishes), "wall_time_median", or "auto" (kernel
+    time where both points have one, else wall time, which is all an emulated run has). Runs are paired only
+    with runs of identical device name and software (`setup_key`); when a shape was measured more than once,
+    the later run wins.
+    Points without a baseline are left out. Sorted by recipe, M, K, N.
+    """
+    if basis not in ("auto", "kernel_time", "wall_time_median"):
+        raise ValueError(f"unknown basis {basis!r}")
+    baselines: dict[tuple, dict] = {}
+    float8: dict[tuple, tuple[dict, Run]] = {}
+    for run in runs:
+        setup = setup_key(run.header)
+        for point in run.points:
+            if point.get("status") != "ok":
+                continue
+            M, K, N, recipe = point_key(point)
+            if recipe == BASELINE:
+                baselines[(setup, M, K, N)] = point
+            else:
+                float8[(setup, M, K, N, recipe)] = (point, run)
+    pairs = []
+    for (setup, M, K, N, recipe), (point, run) in float8.items():
+        baseline = baselines.get((setup, M, K, N))
+        if baseline is None:
+            continue
+        chosen = basis
+        if basis == "auto":
+            has_kernel = point.get("kernel_time_s") and baseline.get("kernel_time_s")
+            chosen = "kernel_time" if has_kernel else "wall_time_median"
+        bf16_time, float8_time = _point_time(baseline, chosen), _point_time(point, chosen)
+        if not bf16_time or not float8_time:
+            continue
+        pairs.append(
+            Speedup(
+                M=M,
+                K=K,
+                N=N,
+                recipe=recipe,
+                speedup=bf16_time / float8_time,
+                bf16_time_s=bf16_time,
+                float8_time_s=float8_time,
+                basis=chosen,
+                device_name=run.device_name,
+                emulated=run.emulated,
+                run_id=run.run_id,
+            )
+        )
+    return sorted(pairs, key=lambda pair: (pair.recipe, pair.M, pair.K, pair.N))
+
+
+__all__ = [
+    "SCHEMA",
+    "PointKey",
+    "Run",
+    "RunWriter",
+    "Speedup",
+    "done_keys",
+    "encode_line",
+    "grid_point_keys",
+    "load_results",
+    "make_header",
+    "new_run_id",
+    "pair_with_baseline",
+    "point_key",
+    "read_run",
+    "resumable_runs",
+    "run_file_name",
+    "runs_in",
+    "same_setup",
+    "setup_key",
+    "utc_now",
+]

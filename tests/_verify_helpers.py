@@ -1,0 +1,71 @@
+"""Shared by test_verify.py and test_verify_cli.py: a tiny model, a predictor needing no profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fp8advisor.predict import LayerTimes, Prediction
+
+#: Every layer a tiny model the CPU runs in well under a second; names and shapes chosen so that the advice is
+#: known in advance (see `predictor`): `up` and `down` convert; `gate` is too small; `spare` is never called;
+#: `head` has N = 100, not divisible by 16.
+TINY_MODEL = """
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(64, 256, bias=False)
+        self.down = nn.Linear(256, 64, bias=False)
+        self.gate = nn.Linear(64, 32)
+        self.spare = nn.Linear(64, 64)  # registered, never called
+
+    def forward(self, x):
+        return x + self.down(F.silu(self.up(x))) + self.gate(x).mean(-1, keepdim=True)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(100, 64)
+        self.blocks = nn.ModuleList([Block(), Block()])
+        self.head = nn.Linear(64, 100, bias=False)
+
+    def forward(self, tokens):
+        h = self.embed(tokens)
+        for block in self.blocks:
+            h = block(h)
+        return self.head(h)
+
+
+def build_model():
+    return Net()
+"""
+
+ADVISED = ("blocks.0.down", "blocks.0.up", "blocks.1.down", "blocks.1.up")
+
+
+def predictor(recipe, M, K, N):
+    """2x for layers with K x N >= 64 x 256, 0.5x below: stands for a profile in tests."""
+    speedup = 2.0 if K * N >= 64 * 256 else 0.5
+    prediction = Prediction(speedup, "modelled", "modelled", "test")
+    return LayerTimes(1e-3, 1e-3 / speedup, prediction, "modelled", "modelled")
+
+
+def write_tiny_model(directory: Path) -> str:
+    path = directory / "tiny.py"
+    path.write_text(TINY_MODEL)
+    return str(path)
+
+
+def torchtitan_toml(
+    filter_fqns: list[str], recipe: str = "rowwise", converters: str = "quantize.linear.float8"
+) -> str:
+    entries = ", ".join(f'"{entry}"' for entry in filter_fqns)
+    return (
+        f'[model]\nconverters = ["{converters}"]\n\n[quantize.linear.float8]\nrecipe_name = "{recipe}"\n'
+        f"filter_fqns = [{entries}]\n\n[compile]\nenable = true\n"
+    )

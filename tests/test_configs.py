@@ -1,0 +1,409 @@
+"""fp8advisor.configs: each framework's config file read as the framework reads it, with its exact rule."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+import torch
+from torch import nn
+
+from fp8advisor.configs import AUTO_FILTER_FLAG, Framework, read_config
+from fp8advisor.errors import ConfigError
+from fp8advisor.recipes import Recipe
+
+
+def linear(in_features: int, out_features: int) -> nn.Linear:
+    return nn.Linear(in_features, out_features, bias=False, device="meta")
+
+
+def write(tmp_path, name: str, text: str):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+TOML_ROWWISE = textwrap.dedent("""
+    [model]
+    converters = ["quantize.linear.float8"]
+
+    [quantize.linear.float8]
+    recipe_name = "rowwise"
+    filter_fqns = ["output", "attention.wk"]
+
+    [compile]
+    enable = true
+""")
+
+
+# --- torchtitan 0.2.x TOML ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fqn", "module", "converts"),
+    [
+        ("layers.0.attention.wq", linear(4096, 4096), True),  # no entry is a substring
+        ("layers.0.attention.wk", linear(4096, 1024), False),  # "attention.wk" is a substring
+        ("layers.10.attention.wk", linear(4096, 1024), False),  # substring, whatever the block number
+        ("output", linear(4096, 128256), False),  # "output" equals it
+        ("layers.0.feed_forward.w2", linear(14336, 4096), True),
+        ("layers.0.feed_forward.w9", linear(4096, 4100), False),  # N % 16 != 0: torchtitan skips it
+        ("layers.0.feed_forward.w8", linear(4104, 4096), False),  # K % 16 != 0
+        ("layers.0.norm", nn.LayerNorm(64, device="meta"), False),  # not an nn.Linear
+    ],
+)
+def test_torchtitan_toml_substring_and_divisibility(tmp_path, fqn, module, converts):
+    config = read_config(write(tmp_path, "job.toml", TOML_ROWWISE))
+    assert config.framework is Framework.TORCHTITAN_TOML
+    assert config.recipe is Recipe.ROWWISE
+    assert config.enabled and config.compile_enabled
+    assert config.filter_fqns == ("output", "attention.wk")
+    assert config.decides(module, fqn) is converts
+
+
+def test_torchtitan_toml_without_recipe_is_tensorwise(tmp_path):
+    text = TOML_ROWWISE.replace('recipe_name = "rowwise"\n', "")
+    assert read_config(write(tmp_path, "job.toml", text)).recipe is Recipe.TENSORWISE
+
+
+def test_torchtitan_toml_without_converter_is_off(tmp_path):
+    config = read_config(
+        write(tmp_path, "job.toml", TOML_ROWWISE.replace('"quantize.linear.float8"', '"float8"'))
+    )
+    assert not config.enabled
+    assert not config.decides(linear(4096, 4096), "layers.0.attention.wq")
+    assert any("FP8 is off" in note and "pre-0.2" in note for note in config.notes)
+
+
+def test_torchtitan_toml_auto_filter_uses_torchaos_rule(tmp_path):
+    text = TOML_ROWWISE.replace('["output", "attention.wk"]', f'["{AUTO_FILTER_FLAG}", "output"]')
+    config = read_config(write(tmp_path, "job.toml", text))
+    assert config.rule.startswith("torchao _auto_filter_for_recipe('rowwise')")
+    # torchao rowwise: keep bf16 when N <= 2048, K <= 1024, or N <= 4096 and K <= 2048
+    assert config.decides(linear(4096, 14336), "layers.0.feed_forward.w1")
+    assert not config.decides(linear(4096, 1024), "layers.0.attention.wk")  # N <= 2048
+    assert not config.decides(linear(4096, 14336), "output")  # the remaining substring entry
+    assert not config.decides(linear(1024, 8192), "layers.0.x")  # K <= 1024
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            TOML_ROWWISE.replace("[compile]", "[quantize.linear.float8.extra]\nx = 1\n[compile]"),
+            "rejects: extra",
+        ),
+        (TOML_ROWWISE.replace("recipe_name", "recipe"), "rejects: recipe"),
+        (
+            TOML_ROWWISE.replace(
+                'recipe_name = "rowwise"', 'recipe_name = "rowwise"\nenable_fsdp_float8_all_gather = true'
+            ),
+            "together with enable_fsdp_float8_all_gather",
+        ),
+        (TOML_ROWWISE.replace('"rowwise"', '"columnwise"'), "unknown recipe_name 'columnwise'"),
+        ("[model\nconverters = 1", "not valid TOML"),
+    ],
+)
+def test_torchtitan_toml_rejections(tmp_path, text, message):
+    with pytest.raises(ConfigError, match=message) as caught:
+        read_config(write(tmp_path, "job.toml", text))
+    assert caught.value.exit_code == 2
+
+
+# --- torchtitan 0.3 Python ----------------------------------------------------------------------------------
+
+TITAN_PY = textwrap.dedent("""
+    from torchtitan.components.quantization import Float8LinearConverter
+
+
+    def float8_advised():
+        config = base_recipe()
+        config.model_spec = model_registry(
+            "8B",
+            converters=[
+                Float8LinearConverter.Config(
+                    recipe_name="rowwise_with_gw_hp",
+                    filter_fqns=["lm_head", "attention.wk"],
+                    model_compile_enabled=True,
+                ),
+            ],
+        )
+        return config
+""")
+
+
+def test_torchtitan_py_reads_the_literals_without_running(tmp_path):
+    config = read_config(write(tmp_path, "recipe.py", TITAN_PY))  # base_recipe is undefined: never run
+    assert config.framework is Framework.TORCHTITAN_PY
+    assert config.recipe is Recipe.ROWWISE_WITH_GW_HP
+    assert config.filter_fqns == ("lm_head", "attention.wk")
+    assert config.compile_enabled is True
+    assert not config.decides(linear(4096, 128256), "lm_head")
+    assert config.decides(linear(4096, 4096), "layers.0.attention.wq")
+
+
+def test_torchtitan_py_default_recipe_is_rowwise(tmp_path):
+    text = TITAN_PY.replace('recipe_name="rowwise_with_gw_hp",\n', "")
+    assert read_config(write(tmp_path, "recipe.py", text)).recipe is Recipe.ROWWISE
+
+
+def test_torchtitan_py_auto_filter_converts_nothing(tmp_path):
+    text = TITAN_PY.replace('"lm_head", "attention.wk"', f'"{AUTO_FILTER_FLAG}"').replace("_with_gw_hp", "")
+    config = read_config(write(tmp_path, "recipe.py", text))
+    assert not config.decides(linear(8192, 28672), "layers.0.feed_forward.w1")
+    assert any("Linear.Config" in note for note in config.notes)
+
+
+def test_torchtitan_py_non_literal_is_an_error(tmp_path):
+    text = TITAN_PY.replace('["lm_head", "attention.wk"]', "SKIP")
+    with pytest.raises(ConfigError, match="not a literal"):
+        read_config(write(tmp_path, "recipe.py", text))
+
+
+# --- NeMo AutoModel YAML ------------------------------------------------------------------------------------
+
+NEMO = textwrap.dedent("""
+    compile:
+      enabled: true
+    fp8:
+      enabled: true
+      recipe_name: tensorwise
+      filter_fqns:
+        - lm_head
+        - self_attn.k_proj
+      fancy_new_option: 3
+""")
+
+
+def test_nemo_yaml(tmp_path):
+    config = read_config(write(tmp_path, "recipe.yaml", NEMO))
+    assert config.framework is Framework.NEMO_AUTOMODEL
+    assert config.recipe is Recipe.TENSORWISE and config.enabled and config.compile_enabled
+    assert not config.decides(linear(4096, 1024), "model.layers.3.self_attn.k_proj")
+    assert config.decides(linear(4096, 4096), "model.layers.3.self_attn.q_proj")
+    assert any("fancy_new_option" in note for note in config.notes)  # ignored, as NeMo ignores it
+
+
+@pytest.mark.parametrize("enabled_line", ["enabled: false", "", "enabled: yes-please"])
+def test_nemo_fp8_must_be_enabled(tmp_path, enabled_line):
+    config = read_config(
+        write(
+            tmp_path, "recipe.yaml", NEMO.replace("  enabled: true\n  recipe", f"  {enabled_line}\n  recipe")
+        )
+    )
+    assert not config.enabled
+    assert not config.decides(linear(4096, 4096), "model.layers.3.self_attn.q_proj")
+
+
+def test_nemo_null_recipe_is_tensorwise(tmp_path):
+    config = read_config(
+        write(tmp_path, "recipe.yaml", NEMO.replace("recipe_name: tensorwise", "recipe_name: null"))
+    )
+    assert config.recipe is Recipe.TENSORWISE
+
+
+# --- accelerate and torchao Python --------------------------------------------------------------------------
+
+ACCELERATE = textwrap.dedent("""
+    from accelerate import Accelerator
+    from accelerate.utils import AORecipeKwargs
+    from torchao.float8 import Float8LinearConfig
+
+    FLOAT8_LAYERS = frozenset(
+        {
+            "model.layers.0.mlp.up_proj",
+            "model.layers.0.mlp.down_proj",
+        }
+    )
+
+
+    def module_filter_func(module, fqn):
+        return fqn in FLOAT8_LAYERS
+
+
+    accelerator = Accelerator(
+        mixed_precision="fp8",
+        kwargs_handlers=[
+            AORecipeKwargs(
+                config=Float8LinearConfig.from_recipe_name("rowwise"),
+                module_filter_func=module_filter_func,
+            )
+        ],
+    )
+""")
+
+
+def test_accelerate_exact_set(tmp_path):
+    config = read_config(write(tmp_path, "train.py", ACCELERATE))
+    assert config.framework is Framework.ACCELERATE
+    assert config.recipe is Recipe.ROWWISE and config.enabled
+    assert config.decides(linear(4096, 14336), "model.layers.0.mlp.up_proj")
+    assert not config.decides(linear(4096, 14336), "model.layers.1.mlp.up_proj")  # exact, not substring
+    assert config.filter_fqns == ("model.layers.0.mlp.down_proj", "model.layers.0.mlp.up_proj")
+
+
+def test_accelerate_default_keeps_first_and_last_linear(tmp_path):
+    text = ACCELERATE.replace("module_filter_func=module_filter_func,", "").replace(
+        '"rowwise"', '"tensorwise"'
+    )
+    config = read_config(write(tmp_path, "train.py", text))
+    model = nn.Sequential(
+        nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.Linear(64, 48), nn.Linear(64, 64)
+    )
+    decide = config.filter_for(model)
+    assert [decide(model[i], str(i)) for i in (0, 2, 3, 4)] == [False, True, True, False]
+
+
+def test_accelerate_without_fp8_mixed_precision_is_off(tmp_path):
+    config = read_config(write(tmp_path, "train.py", ACCELERATE.replace('"fp8"', '"bf16"')))
+    assert not config.enabled
+
+
+TORCHAO = textwrap.dedent("""
+    import torch
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    SKIP = ["output", "wk"]
+    MIN_DIM = 1024
+
+    def keep(fqn):
+        return True
+
+    def module_filter_fn(module, fqn):
+        if any(name in fqn for name in SKIP):
+            return False
+        return isinstance(module, torch.nn.Linear) and min(module.weight.shape) >= MIN_DIM
+
+    def convert_model(model):
+        config = Float8LinearConfig.from_recipe_name("rowwise_with_gw_hp")
+        convert_to_float8_training(model, config=CONFIG, module_filter_fn=module_filter_fn)
+
+    CONFIG = Float8LinearConfig()
+""")
+
+
+def test_torchao_filter_function_runs_alone(tmp_path):
+    config = read_config(write(tmp_path, "train.py", TORCHAO))
+    assert config.framework is Framework.TORCHAO
+    assert config.recipe is Recipe.TENSORWISE  # CONFIG = Float8LinearConfig(): the module-level assignment
+    assert config.decides(linear(4096, 4096), "layers.0.wq")
+    assert config.decides(linear(4096, 1024), "layers.0.wv")  # min dim 1024 >= MIN_DIM
+    assert not config.decides(linear(4096, 512), "layers.0.wv")  # min dim 512 < MIN_DIM
+    assert not config.decides(linear(4096, 4096), "layers.0.wk")
+    assert not config.decides(linear(512, 4096), "layers.0.w1")
+
+
+@pytest.mark.parametrize(
+    ("replace", "by", "message"),
+    [
+        ("return True", "return helper(fqn)", None),  # an unused function may use anything
+        (
+            "min(module.weight.shape) >= MIN_DIM",
+            "helper(module)",
+            "cannot supply without running the file: helper",
+        ),
+        ("MIN_DIM = 1024", "MIN_DIM = compute()", "not a literal constant"),
+        (
+            "CONFIG = Float8LinearConfig()",
+            "CONFIG = Float8LinearConfig(cast_config_input=x)",
+            "sets its own scaling",
+        ),
+        ("convert_to_float8_training(model", "print(model", "sets up no float8 training"),
+        ("SKIP = [", "SKIP = [[", "syntax error"),
+    ],
+)
+def test_torchao_errors(tmp_path, replace, by, message):
+    path = write(tmp_path, "train.py", TORCHAO.replace(replace, by))
+    if message is None:
+        read_config(path)
+        return
+    with pytest.raises(ConfigError, match=message):
+        read_config(path)
+
+
+def test_torchao_lambda_and_no_filter(tmp_path):
+    lam = TORCHAO.replace(
+        "module_filter_fn=module_filter_fn", 'module_filter_fn=lambda m, fqn: fqn != "output"'
+    )
+    config = read_config(write(tmp_path, "a.py", lam))
+    assert config.decides(linear(64, 64), "x") and not config.decides(linear(64, 64), "output")
+    bare = TORCHAO.replace(", module_filter_fn=module_filter_fn", "")
+    config = read_config(write(tmp_path, "b.py", bare))
+    assert config.decides(linear(64, 40), "anything")  # torchao without a filter converts every nn.Linear
+
+
+def test_filter_function_sees_no_file_system(tmp_path):
+    text = TORCHAO.replace("if any(name in fqn for name in SKIP):", "if open('/etc/passwd'):")
+    with pytest.raises(ConfigError, match="cannot supply without running the file: open"):
+        read_config(write(tmp_path, "train.py", text))
+
+
+def test_filter_function_error_is_a_config_error(tmp_path):
+    text = TORCHAO.replace("min(module.weight.shape) >= MIN_DIM", "module.weight.shape[7] > 0")
+    config = read_config(write(tmp_path, "train.py", text))
+    with pytest.raises(ConfigError, match="raised on 'layers.0.wq': IndexError"):
+        config.decides(linear(64, 64), "layers.0.wq")
+
+
+# --- bare filter lists --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [
+        ("filter.json", json.dumps(["output", "attention.wk"])),
+        ("filter.yaml", "# generated\n- output\n- attention.wk\n"),
+        ("filter.yml", "filter_fqns: [output, attention.wk]\n"),
+    ],
+)
+def test_filter_lists(tmp_path, name, text):
+    config = read_config(write(tmp_path, name, text), recipe="rowwise")
+    assert config.framework is Framework.FILTER
+    assert config.recipe is Recipe.ROWWISE
+    assert not config.decides(linear(4096, 1024), "layers.1.attention.wk")
+    assert config.decides(linear(4096, 4096), "layers.1.attention.wq")
+
+
+def test_filter_list_without_recipe_needs_one(tmp_path):
+    config = read_config(write(tmp_path, "filter.json", json.dumps([AUTO_FILTER_FLAG])))
+    assert config.recipe is None
+    with pytest.raises(ValueError, match="with_recipe"):
+        config.decides(linear(4096, 4096), "x")
+    tensorwise = config.with_recipe(Recipe.TENSORWISE)
+    assert not tensorwise.decides(linear(4096, 1024), "x")  # torchao tensorwise: K <= 4096 and N <= 1024
+    assert tensorwise.decides(linear(4096, 2048), "x")
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("missing.toml", None, "no such config file"),
+        ("notes.txt", "hello", "unsupported config file type .txt"),
+        ("filter.json", "{not json", "not valid JSON"),
+        ("filter.yaml", "a: [", "not valid YAML"),
+        ("filter.json", json.dumps({"layers": []}), "no filter list"),
+        ("filter.json", json.dumps([1, 2]), "list of strings"),
+    ],
+)
+def test_unusable_files(tmp_path, name, text, message):
+    path = tmp_path / name
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        read_config(path)
+
+
+def test_decides_is_torchaos_module_filter(tmp_path):
+    """The predicate plugs into convert_to_float8_training as the framework's own filter would."""
+    from torchao.float8 import convert_to_float8_training
+    from torchao.float8.float8_linear import Float8Linear
+
+    config = read_config(write(tmp_path, "job.toml", TOML_ROWWISE))
+    model = nn.ModuleDict(
+        {"output": nn.Linear(64, 64), "attention": nn.ModuleDict({"wq": nn.Linear(64, 64)})}
+    )
+    convert_to_float8_training(model, module_filter_fn=config.decides)
+    assert isinstance(model["attention"]["wq"], Float8Linear)
+    assert not isinstance(model["output"], Float8Linear)
+    assert torch.is_tensor(model["output"].weight)

@@ -1,0 +1,195 @@
+"""The results store: schema, file naming, durable appends, torn lines, resume keys, pairing with bf16."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from fp8advisor.errors import ResultsError
+from fp8advisor.results import (
+    SCHEMA,
+    RunWriter,
+    done_keys,
+    grid_point_keys,
+    load_results,
+    make_header,
+    pair_with_baseline,
+    read_run,
+    resumable_runs,
+    run_file_name,
+)
+
+SOFTWARE = {"torch": "2.11.0", "torchao": "0.18.0", "triton": "3.6.0", "cuda": "13.0", "fp8advisor": "0.1.0"}
+H100 = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": [9, 0], "sm_count": 132, "emulated": False}
+GRID = {"name": "test", "M": [1024], "K": [1024], "N": [1024, 2048], "recipes": ["bf16", "rowwise"]}
+
+
+def header(run_id="r1", started="2026-11-22T10:00:00Z", device=H100, software=SOFTWARE, grid=GRID):
+    return make_header(
+        run_id=run_id,
+        started=started,
+        device=device,
+        software=software,
+        method={"kernel_time": "x"},
+        grid=grid,
+    )
+
+
+def point(M, K, N, recipe, kernel=None, wall=None, status="ok", run_id="r1"):
+    return {
+        "kind": "point",
+        "run_id": run_id,
+        "M": M,
+        "K": K,
+        "N": N,
+        "recipe": recipe,
+        "status": status,
+        "reason": None if status == "ok" else "CUDA out of memory",
+        "kernel_time_s": kernel,
+        "wall_time_s": None if wall is None else {"median": wall, "p20": wall, "p80": wall},
+        "peak_memory_bytes": 1,
+        "sqnr_db": None,
+        "gemm_only_speedup": None,
+        "cast_overhead_s": None,
+        "measured_at": "2026-11-22T10:00:01Z",
+    }
+
+
+def write_run(directory, run_header, points):
+    with RunWriter.create(directory, run_header) as writer:
+        for record in points:
+            writer.append(record)
+    return writer.path
+
+
+def test_file_name_is_start_time_and_run_id():
+    assert run_file_name("2026-11-22T10:00:00Z", "1a2b3c4d") == "run-20261122T100000Z-1a2b3c4d.jsonl"
+
+
+def test_round_trip_keeps_header_then_points_one_json_per_line(tmp_path):
+    path = write_run(tmp_path, header(), [point(1024, 1024, 1024, "bf16", kernel=2e-3)])
+    assert re.fullmatch(r"run-\d{8}T\d{6}Z-r1\.jsonl", path.name)
+    lines = path.read_text().splitlines()
+    assert [json.loads(line)["kind"] for line in lines] == ["run", "point"]
+    run = read_run(path)
+    assert run.header["schema"] == SCHEMA and run.run_id == "r1" and run.device_name == H100["name"]
+    assert run.points[0]["kernel_time_s"] == 2e-3 and not run.emulated
+
+
+def test_non_finite_floats_are_written_as_null(tmp_path):
+    record = point(1024, 1024, 1024, "rowwise", kernel=float("nan"))
+    record["sqnr_db"] = {"output": float("inf"), "grad_input": 20.0}
+    path = write_run(tmp_path, header(), [record])
+    stored = read_run(path).points[0]
+    assert stored["kernel_time_s"] is None and stored["sqnr_db"] == {"output": None, "grad_input": 20.0}
+
+
+def test_torn_last_line_is_ignored(tmp_path):
+    path = write_run(tmp_path, header(), [point(1024, 1024, 1024, "bf16", kernel=1.0)])
+    with path.open("ab") as file:
+        file.write(b'{"kind": "point", "M": 1024, "K": 10')  # killed mid-write
+    assert len(read_run(path).points) == 1
+
+
+def test_a_complete_last_record_without_newline_is_kept(tmp_path):
+    path = write_run(tmp_path, header(), [])
+    with path.open("ab") as file:
+        file.write(json.dumps(point(1024, 1024, 1024, "bf16", kernel=1.0)).encode())
+    assert len(read_run(path).points) == 1
+
+
+def test_a_bad_line_in_the_middle_is_an_error_with_its_location(tmp_path):
+    path = write_run(tmp_path, header(), [point(1024, 1024, 1024, "bf16", kernel=1.0)])
+    text = path.read_text().splitlines()
+    path.write_text("\n".join([text[0], "not json", text[1]]) + "\n")
+    with pytest.raises(ResultsError) as error:
+        read_run(path)
+    assert error.value.location == f"{path}:2"
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"",  # empty
+        b'{"kind": "point", "M": 1}\n',  # no header
+        b'{"kind": "run", "schema": "other/1"}\n',  # another schema
+    ],
+)
+def test_files_that_are_not_results_are_refused(tmp_path, content):
+    path = tmp_path / "run-x.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(ResultsError):
+        read_run(path)
+
+
+def test_load_results_reads_files_and_directories_and_refuses_missing_or_empty(tmp_path):
+    first = write_run(tmp_path / "a", header("r1", "2026-11-22T10:00:00Z"), [])
+    write_run(tmp_path / "a", header("r2", "2026-11-22T11:00:00Z"), [])
+    assert [run.run_id for run in load_results([tmp_path / "a"])] == ["r1", "r2"]  # oldest first
+    assert [run.run_id for run in load_results([str(first)])] == ["r1"]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ResultsError, match="no results"):
+        load_results([tmp_path / "empty"])
+    with pytest.raises(ResultsError, match="does not exist"):
+        load_results([tmp_path / "missing"])
+
+
+def test_grid_point_keys_from_shapes_or_product():
+    assert grid_point_keys(GRID) == {(1024, 1024, N, r) for N in (1024, 2048) for r in ("bf16", "rowwise")}
+    shaped = dict(GRID, shapes=[[1024, 1024, 2048]])
+    assert grid_point_keys(shaped) == {(1024, 1024, 2048, "bf16"), (1024, 1024, 2048, "rowwise")}
+
+
+@pytest.mark.parametrize(
+    ("other", "resumes"),
+    [
+        (header("old"), True),  # same device, software and grid
+        (header("old", software=dict(SOFTWARE, torch="2.12.0")), False),  # other software
+        (header("old", device=dict(H100, name="NVIDIA H200")), False),  # other GPU
+        (header("old", grid=dict(GRID, N=[1024])), False),  # other grid points
+        (header("old", device=dict(H100, emulated=True)), False),  # emulated is another setup
+    ],
+)
+def test_resume_continues_only_runs_of_the_same_setup_and_grid(tmp_path, other, resumes):
+    write_run(tmp_path, other, [point(1024, 1024, 1024, "bf16", kernel=1.0, status="failed")])
+    found = resumable_runs(tmp_path, header("new", started="2026-11-22T12:00:00Z"))
+    assert bool(found) is resumes
+    assert done_keys(found) == ({(1024, 1024, 1024, "bf16")} if resumes else set())
+
+
+def test_resume_skips_a_run_killed_before_its_header_landed(tmp_path):
+    (tmp_path / "run-20261122T090000Z-dead.jsonl").write_bytes(b'{"kind": "run", "sch')
+    write_run(tmp_path, header("old"), [])
+    assert [run.run_id for run in resumable_runs(tmp_path, header("new"))] == ["old"]
+
+
+def test_pairing_divides_bf16_by_float8_kernel_time(tmp_path):
+    points = [
+        point(1024, 1024, 1024, "bf16", kernel=3.0, wall=4.0),
+        point(1024, 1024, 1024, "rowwise", kernel=2.0, wall=8.0),
+        point(1024, 1024, 2048, "rowwise", kernel=1.0),  # no baseline: left out
+        point(1024, 1024, 2048, "bf16", status="failed"),
+    ]
+    [pair] = pair_with_baseline(load_results([write_run(tmp_path, header(), points)]))
+    assert (pair.M, pair.K, pair.N, pair.recipe) == (1024, 1024, 1024, "rowwise")
+    assert pair.speedup == pytest.approx(1.5) and pair.basis == "kernel_time"
+    assert pair.to_json()["bf16_time_s"] == 3.0
+
+
+def test_pairing_falls_back_to_wall_time_when_there_is_no_kernel_time(tmp_path):
+    emulated = header(device={"name": "CPU emulation", "emulated": True})
+    points = [point(32, 32, 32, "bf16", wall=6.0), point(32, 32, 32, "tensorwise", wall=3.0)]
+    [pair] = pair_with_baseline(load_results([write_run(tmp_path, emulated, points)]))
+    assert pair.speedup == pytest.approx(2.0) and pair.basis == "wall_time_median" and pair.emulated
+    assert pair_with_baseline(load_results([tmp_path]), basis="kernel_time") == []
+
+
+def test_pairing_crosses_runs_of_one_setup_only(tmp_path):
+    write_run(tmp_path, header("a", "2026-11-22T10:00:00Z"), [point(1024, 1024, 1024, "bf16", kernel=4.0)])
+    write_run(tmp_path, header("b", "2026-11-22T11:00:00Z"), [point(1024, 1024, 1024, "rowwise", kernel=2.0)])
+    other = header("c", "2026-11-22T12:00:00Z", software=dict(SOFTWARE, torch="2.12.0"))
+    write_run(tmp_path, other, [point(1024, 1024, 1024, "rowwise", kernel=1.0)])
+    [pair] = pair_with_baseline(load_results([tmp_path]))
+    assert pair.run_id == "b" and pair.speedup == pytest.approx(2.0)

@@ -1,0 +1,241 @@
+"""fp8advisor.verify: config against advice, the float8 GEMM trace, per-layer numerics (CPU, emulated)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _verify_helpers import ADVISED, predictor, torchtitan_toml, write_tiny_model  # noqa: E402
+
+from fp8advisor import verify as verify_module  # noqa: E402
+from fp8advisor.paths import MODELS_DIR  # noqa: E402
+from fp8advisor.verify import SQNR_THRESHOLD_DB, DifferenceKind, verify  # noqa: E402
+
+SEQ = 256  # the advised batch x seq; the run itself uses batch 1 x seq 64
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> str:
+    return write_tiny_model(tmp_path_factory.mktemp("model"))
+
+
+def run(target: str, config: Path, **kwargs):
+    return verify(target, config, batch=1, seq=SEQ, predictor=predictor, **kwargs)
+
+
+def kinds(report) -> dict[DifferenceKind, list[str]]:
+    found: dict[DifferenceKind, list[str]] = {}
+    for difference in report.differences:
+        found.setdefault(difference.kind, []).append(difference.subject)
+    return found
+
+
+def toml(tmp_path: Path, entries: list[str], **kwargs) -> Path:
+    path = tmp_path / "job.toml"
+    path.write_text(torchtitan_toml(entries, **kwargs))
+    return path
+
+
+# --- a correct config passes, in every format suggest writes ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def suggested(tiny, tmp_path_factory):
+    """Write every format with fp8advisor's own emitter, for the same model, batch, seq and recipe."""
+    from fp8advisor.advise import advise
+    from fp8advisor.emit import ConfigFormat, Request, render
+    from fp8advisor.layers import inspect_model
+    from fp8advisor.verify import _TestProfile
+
+    directory = tmp_path_factory.mktemp("configs")
+    advice = advise(
+        inspect_model(tiny, batch=1, seq=SEQ),
+        _TestProfile(),
+        "rowwise",
+        predictor=predictor,
+        device_capability=None,
+        compare_torchao_auto=False,
+    )
+    assert advice.convert_fqns == ADVISED
+    request = Request(target=tiny, batch=1, seq=SEQ, recipe="rowwise")
+    files = {}
+    for fmt, name in [
+        (ConfigFormat.TORCHTITAN_TOML, "job.toml"),
+        (ConfigFormat.TORCHTITAN_PY, "recipe.py"),
+        (ConfigFormat.NEMO_AUTOMODEL, "nemo.yaml"),
+        (ConfigFormat.ACCELERATE, "accel.py"),
+        (ConfigFormat.TORCHAO, "train.py"),
+        (ConfigFormat.FILTER, "filter.yaml"),
+        (ConfigFormat.FILTER, "filter.json"),
+    ]:
+        path = directory / name
+        path.write_text(render(advice, fmt, request, output=str(path)))
+        files[name] = path
+    return files
+
+
+@pytest.mark.parametrize(
+    "name", ["job.toml", "recipe.py", "nemo.yaml", "accel.py", "train.py", "filter.yaml", "filter.json"]
+)
+def test_suggested_config_passes(tiny, suggested, name):
+    report = run(tiny, suggested[name], recipe="rowwise")
+    assert [d.describe() for d in report.differences] == []
+    assert report.passed and report.exit_code == 0
+    assert sorted(report.converted) == list(ADVISED)
+    assert report.execution.mode == "model" and report.execution.emulated
+    by_fqn = {layer.fqn: layer for layer in report.layers}
+    for fqn in ADVISED:  # float8 forward (1 GEMM) and backward (grad_input, grad_weight)
+        assert (by_fqn[fqn].float8_gemms, by_fqn[fqn].high_precision_gemms) == (3, 0)
+        assert by_fqn[fqn].float8_casts > 0
+    for fqn in ("blocks.0.gate", "head"):
+        assert by_fqn[fqn].float8_gemms == 0 and by_fqn[fqn].high_precision_gemms == 3
+        assert by_fqn[fqn].float8_casts == 0
+    assert by_fqn["blocks.0.spare"].calls == 0
+
+
+@pytest.mark.parametrize(
+    ("recipe", "float8_gemms"),
+    [("tensorwise", 3), ("rowwise", 3), ("rowwise_with_gw_hp", 2)],  # gw_hp: grad_weight stays in bf16
+)
+def test_sqnr_of_correct_layers_clears_threshold_by_margin(tiny, tmp_path, recipe, float8_gemms):
+    """The measured basis of SQNR_THRESHOLD_DB: correct layers measure 28-29 dB (output) and 24-29 dB (input
+    gradient; tensorwise casts gradients to e5m2, two mantissa bits); the threshold sits ~10 dB below."""
+    report = run(tiny, toml(tmp_path, ["gate", "spare"], recipe=recipe))
+    assert report.passed, [d.describe() for d in report.differences]
+    converted = [layer for layer in report.layers if layer.converted]
+    assert len(converted) == 4
+    assert all(layer.float8_gemms == float8_gemms for layer in converted)
+    assert min(layer.sqnr_output_db for layer in converted) > SQNR_THRESHOLD_DB + 10
+    assert min(layer.sqnr_grad_input_db for layer in converted) > SQNR_THRESHOLD_DB + 8
+    assert max(layer.sqnr_output_db for layer in converted) < 40  # float8, not a bf16 copy
+
+
+# --- what differs is named ----------------------------------------------------------------------------------
+
+
+def test_filter_entry_matching_nothing_is_named(tiny, tmp_path):
+    report = run(tiny, toml(tmp_path, ["gate", "spare", "output"]))  # the head is called `head` here
+    assert report.exit_code == 1
+    assert kinds(report) == {DifferenceKind.UNUSED_ENTRY: ["output"]}
+
+
+def test_extra_converted_layer_is_named(tiny, tmp_path):
+    report = run(tiny, toml(tmp_path, ["spare"]))
+    assert kinds(report) == {DifferenceKind.AGAINST_ADVICE: ["blocks.0.gate", "blocks.1.gate"]}
+    gate = next(layer for layer in report.layers if layer.fqn == "blocks.0.gate")
+    assert gate.converted and not gate.advised and gate.float8_gemms == 3
+
+
+def test_converted_but_never_called_is_named(tiny, tmp_path):
+    report = run(tiny, toml(tmp_path, ["gate"]))
+    assert kinds(report) == {DifferenceKind.NEVER_CALLED: ["blocks.0.spare", "blocks.1.spare"]}
+
+
+def test_advised_layer_left_in_bf16_is_named(tiny, tmp_path):
+    report = run(tiny, toml(tmp_path, ["gate", "spare", "blocks.1.up"]))
+    assert kinds(report) == {DifferenceKind.LEFT_BF16: ["blocks.1.up"]}
+    assert "'blocks.1.up' match" in report.differences[0].detail
+
+
+def test_fp8_off_leaves_every_advised_layer_in_bf16(tiny, tmp_path):
+    report = run(tiny, toml(tmp_path, ["gate", "spare"], converters="float8"))
+    found = kinds(report)
+    assert found[DifferenceKind.FP8_OFF] == [str(tmp_path / "job.toml")]
+    assert sorted(found[DifferenceKind.LEFT_BF16]) == list(ADVISED)
+    assert all(layer.float8_gemms == 0 for layer in report.layers)
+
+
+def test_recipe_other_than_requested_is_named(tiny, tmp_path):
+    report = run(tiny, toml(tmp_path, ["gate", "spare"], recipe="tensorwise"), recipe="rowwise")
+    assert list(kinds(report)) == [DifferenceKind.RECIPE]
+
+
+# --- the trace and the numerics catch what conversion alone cannot ------------------------------------------
+
+
+def test_converted_layer_that_runs_bf16_is_caught(tiny, tmp_path, monkeypatch):
+    """A framework that swaps the module but whose forward never reaches float8 (here: F.linear in bf16)."""
+    real_convert = verify_module.convert
+
+    def convert_then_bypass(model, *args, **kwargs):
+        converted = real_convert(model, *args, **kwargs)
+        down = dict(model.named_modules()).get("blocks.0.down")
+        if down is not None and down.weight.device.type != "meta":
+            down.forward = lambda x: F.linear(x, down.weight)
+        return converted
+
+    monkeypatch.setattr(verify_module, "convert", convert_then_bypass)
+    report = run(tiny, toml(tmp_path, ["gate", "spare"]))
+    assert kinds(report) == {DifferenceKind.NO_FLOAT8: ["blocks.0.down"]}
+    assert "forward 0, backward 0" in report.differences[0].detail
+
+
+def test_layer_losing_precision_is_flagged(tiny, tmp_path, monkeypatch):
+    """Break the weight cast of the `up` layers (64 -> 256) on purpose: keep only the sign of each weight."""
+    import torchao.float8.float8_linear as float8_linear
+    from torchao.float8.float8_training_tensor import GemmInputRole
+
+    real_cast = float8_linear.hp_tensor_to_float8_dynamic
+
+    def broken_cast(hp, *args, gemm_input_role=None, **kwargs):
+        if gemm_input_role is GemmInputRole.WEIGHT and tuple(hp.shape) == (64, 256):
+            hp = torch.sign(hp) * hp.abs().mean()
+        return real_cast(hp, *args, gemm_input_role=gemm_input_role, **kwargs)
+
+    monkeypatch.setattr(float8_linear, "hp_tensor_to_float8_dynamic", broken_cast)
+    report = run(tiny, toml(tmp_path, ["gate", "spare"]))
+    assert kinds(report) == {DifferenceKind.NUMERICS: ["blocks.0.up", "blocks.1.up"]}
+    up = next(layer for layer in report.layers if layer.fqn == "blocks.0.up")
+    assert up.sqnr_output_db < SQNR_THRESHOLD_DB and up.float8_gemms == 3
+    down = next(layer for layer in report.layers if layer.fqn == "blocks.0.down")
+    assert down.sqnr_output_db > SQNR_THRESHOLD_DB + 10
+
+
+# --- models too big to build run as a shadow with the same names --------------------------------------------
+
+
+def test_shadow_run_keeps_names_and_checks(tiny, tmp_path):
+    report = run(tiny, toml(tmp_path, ["gate"]), real_model_max_parameters=0)
+    assert report.execution.mode == "shadow"
+    assert kinds(report) == {DifferenceKind.NEVER_CALLED: ["blocks.0.spare", "blocks.1.spare"]}
+    by_fqn = {layer.fqn: layer for layer in report.layers}
+    assert by_fqn["blocks.0.up"].float8_gemms == 3 and by_fqn["blocks.0.gate"].float8_gemms == 0
+    assert by_fqn["blocks.0.up"].sqnr_output_db > SQNR_THRESHOLD_DB + 10
+    assert by_fqn["blocks.1.up"].sqnr_output_db is None  # one layer per repeated group in a shadow
+
+
+def test_llama_example_at_small_size(tmp_path):
+    """The shipped Llama-3-style example (build_model: 2 blocks, dim 256) with its torchtitan names."""
+
+    def wide_layers_pay(
+        recipe, M, K, N
+    ):  # the feed-forward layers and the head (1024 wide) pay, attention not
+        return predictor(recipe, M, 1024, 1024) if max(K, N) >= 1024 else predictor(recipe, M, 16, 16)
+
+    target = str(MODELS_DIR / "llama3.py")
+    report = verify(target, toml(tmp_path, ["attention"]), batch=1, seq=SEQ, predictor=wide_layers_pay)
+    assert report.execution.mode == "model"
+    assert report.passed, [d.describe() for d in report.differences]
+    assert report.converted == (
+        *(f"layers.{i}.feed_forward.{w}" for i in range(2) for w in ("w1", "w2", "w3")),
+        "output",
+    )
+    assert report.execution.model_output_sqnr_db > SQNR_THRESHOLD_DB
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not (torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)),
+    reason="needs a CUDA GPU with FP8 tensor cores (sm >= 89)",
+)
+def test_gpu_runs_real_float8_gemms(tiny, tmp_path):
+    report = run(tiny, toml(tmp_path, ["gate", "spare"]))
+    assert not report.execution.emulated
+    assert report.passed, [d.describe() for d in report.differences]
+    up = next(layer for layer in report.layers if layer.fqn == "blocks.0.up")
+    assert up.float8_gemms == 3 and up.sqnr_output_db > SQNR_THRESHOLD_DB + 10

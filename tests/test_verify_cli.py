@@ -1,0 +1,100 @@
+"""`fp8advisor verify` on the command line: exit codes 0 / 1 / 2, the table, the difference list, --json."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _verify_helpers import predictor, torchtitan_toml, write_tiny_model  # noqa: E402
+
+from fp8advisor import verify as verify_module  # noqa: E402
+from fp8advisor.cli import app  # noqa: E402
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> str:
+    return write_tiny_model(tmp_path_factory.mktemp("model"))
+
+
+@pytest.fixture(autouse=True)
+def test_predictor(monkeypatch):
+    """The CLI asks for a profile; the tests answer with the fixed predictor of _verify_helpers."""
+    real_verify = verify_module.verify
+
+    def verify_with_predictor(*args, **kwargs):
+        kwargs["predictor"] = predictor
+        kwargs["profile"] = None
+        return real_verify(*args, **kwargs)
+
+    monkeypatch.setattr(verify_module, "verify", verify_with_predictor)
+
+
+def invoke(*args: str):
+    return runner.invoke(app, ["verify", *args])
+
+
+def config(tmp_path: Path, entries: list[str], name: str = "job.toml") -> str:
+    path = tmp_path / name
+    path.write_text(torchtitan_toml(entries))
+    return str(path)
+
+
+def test_correct_config_exits_0(tiny, tmp_path):
+    result = invoke(tiny, "--config", config(tmp_path, ["gate", "spare"]), "--seq", "256")
+    assert result.exit_code == 0, result.output
+    assert "PASS" in result.output
+    assert "blocks.*.up" in result.output  # repeated blocks folded into one row
+    assert "cpu (torchao emulated float8)" in result.output
+
+
+def test_unused_entry_and_extra_layer_exit_1_and_are_named(tiny, tmp_path):
+    result = invoke(tiny, "--config", config(tmp_path, ["spare", "output"]), "--seq", "256")
+    assert result.exit_code == 1, result.output
+    assert "filter entry matches no layer: output" in result.output
+    assert "converted against the advice: blocks.0.gate" in result.output
+    assert "converted against the advice: blocks.1.gate" in result.output
+    assert "FAIL" in result.output
+
+
+def test_json(tiny, tmp_path):
+    result = invoke(tiny, "--config", config(tmp_path, ["gate"]), "--seq", "256", "--json")
+    assert result.exit_code == 1
+    document = json.loads(result.output)
+    assert document["passed"] is False
+    assert [d["subject"] for d in document["differences"]] == ["blocks.0.spare", "blocks.1.spare"]
+    assert {d["kind"] for d in document["differences"]} == {"converted, never called"}
+    up = next(layer for layer in document["layers"] if layer["fqn"] == "blocks.0.up")
+    assert up["converted"] and up["advised"] and up["float8_gemms"] == 3 and up["sqnr_output_db"] > 20
+    assert document["execution"]["mode"] == "model"
+    assert document["config"]["framework"] == "torchtitan-toml"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--config", "missing.toml"], "no such config file"),
+        (["--config", "BAD"], "unsupported config file type"),
+        (["--config", "OK", "--recipe", "fastest"], "unknown recipe"),
+    ],
+)
+def test_unusable_input_exits_2(tiny, tmp_path, args, message):
+    (tmp_path / "notes.txt").write_text("hello")
+    args = [str(tmp_path / "notes.txt") if a == "BAD" else a for a in args]
+    args = [config(tmp_path, ["gate"]) if a == "OK" else a for a in args]
+    result = invoke(tiny, *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_missing_model_exits_2(tmp_path):
+    result = invoke(str(tmp_path / "nope.py"), "--config", config(tmp_path, ["gate"]))
+    assert result.exit_code == 2
+    assert "no such file" in result.output
