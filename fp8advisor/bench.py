@@ -647,6 +647,7 @@ class Precompiler:
         budget = 0.0
         if not settings.emulate:
             torch = _torch()
+            torch.cuda.empty_cache()  # what this process cached (the ceilings' buffers) is free for workers
             free, _total = torch.cuda.mem_get_info()
             context_bytes = 1 << 30  # each worker's CUDA context and allocator slack, outside the budget
             budget = max(free * 0.85 - workers * context_bytes, free * 0.25)

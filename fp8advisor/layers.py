@@ -6,7 +6,7 @@ aten-level GEMM (mm, addmm, bmm, _grouped_mm, _scaled_mm) against the parameter 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 
@@ -169,8 +169,11 @@ def _value_ops():
     return {aten._to_copy.default, aten.clone.default, aten.contiguous.default, aten._unsafe_view.default}
 
 
-def _make_recorder(parameters_by_storage: dict, active_linears: list, calls: list):
-    """A TorchDispatchMode that records every GEMM on a parameter (or a view or copy of one)."""
+def _make_recorder(parameters_by_storage: dict, active_linears: list, calls: list, *, memo: bool = True):
+    """A TorchDispatchMode that records every GEMM on a parameter (or a view or copy of one).
+
+    `memo` answers repeated meta-kernel calls from a cache (see `__torch_dispatch__`); off only to test it.
+    """
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -209,7 +212,7 @@ def _make_recorder(parameters_by_storage: dict, active_linears: list, calls: lis
             # Meta kernels of most ops are Python refs (~300 us each); a model repeats the same op on the same
             # shapes once per block. The output's metadata is a function of the inputs' metadata, so a cached
             # answer is exact.
-            key = _metadata_key(func, args, kwargs, meta) if is_cacheable(func) else None
+            key = _metadata_key(func, args, kwargs, meta) if memo and is_cacheable(func) else None
             cached = outputs_by_inputs.get(key) if key is not None else None
             if cached is not None:
                 out = _materialize(cached, meta)
@@ -478,9 +481,21 @@ def inspect_loaded(loaded, *, batch: int = 1, seq: int = 8192, debug: bool = Fal
     inputs = loaded.example_inputs(batch, seq)
     notes.append(f"inputs: {inputs.how}")
 
-    calls, module_calls, module_rows, stopped = _run_forward(
-        loaded, inputs, parameters_by_storage, [m for _, m in linears], debug
-    )
+    traced = _run_forward(loaded, inputs, parameters_by_storage, [m for _, m in linears], debug)
+    if traced[3] is not None and "attention_mask" in inputs.kwargs:
+        # transformers asks data-dependent questions of an explicit mask in some models (bidirectional
+        # encoders) and of the positions without one in others (causal decoders): try the other way too.
+        without_mask = {k: v for k, v in inputs.kwargs.items() if k != "attention_mask"}
+        retry = _run_forward(
+            loaded,
+            replace(inputs, kwargs=without_mask),
+            parameters_by_storage,
+            [m for _, m in linears],
+            debug,
+        )
+        if retry[3] is None or len(retry[0]) > len(traced[0]):
+            traced = retry
+    calls, module_calls, module_rows, stopped = traced
     layers = _build_layers(model, modules, owners, calls, module_calls, module_rows, stopped, batch * seq)
     if stopped is not None:
         what, where = stopped

@@ -11,6 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _bench_helpers import CLI_GRID, RECIPE, SHAPE, serial_inductor  # noqa: E402
@@ -288,3 +289,68 @@ def test_breakdown_sums_the_three_gemms_and_the_recipe_casts_and_reuses_them_acr
     assert shape._breakdown("rowwise_with_gw_hp") == {"gemm_only_speedup": 12.0 / 8.0, "cast_overhead_s": 2.0}
     assert calls == {"mm": 3, "scaled_mm": 3, "cast": 6}
     assert shape._breakdown("tensorwise") == {"gemm_only_speedup": 12.0 / 3.0, "cast_overhead_s": 1.5}
+
+
+# --- device -------------------------------------------------------------------------------------------------
+
+
+def test_emulated_device_and_software_versions():
+    from fp8advisor.device import emulated_device, software_versions
+
+    assert emulated_device()["emulated"] is True and emulated_device()["compute_capability"] is None
+    assert {"torch", "torchao", "triton", "cuda", "fp8advisor", "python"} == set(software_versions())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without a CUDA GPU")
+def test_require_fp8_gpu_without_a_gpu_is_a_device_error_pointing_to_emulate():
+    from fp8advisor.device import require_fp8_gpu
+    from fp8advisor.errors import DeviceError
+
+    with pytest.raises(DeviceError) as error:
+        require_fp8_gpu()
+    assert error.value.exit_code == 2 and "--emulate" in error.value.hint
+
+
+@pytest.mark.parametrize(
+    ("stdout", "expected"),
+    [
+        # driver and clocks as nvidia-smi prints them
+        ("550.54.15, 1980, 2619, 1980, 2619\n", {"driver": "550.54.15", "sm": 1980, "sm_max": 1980}),
+        # clocks it cannot read
+        ("550.54.15, [N/A], [N/A], [N/A], [N/A]\n", {"driver": "550.54.15", "clocks_mhz": None}),
+    ],
+)
+def test_nvidia_smi_parsing(monkeypatch, stdout, expected):
+    from fp8advisor import device
+
+    monkeypatch.setattr(device.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(device.subprocess, "run", lambda *args, **kwargs: SimpleNamespace(stdout=stdout))
+    parsed = device._nvidia_smi("GPU-0")
+    assert parsed["driver"] == expected["driver"]
+    if "clocks_mhz" in expected:
+        assert parsed["clocks_mhz"] is None
+    else:
+        assert (
+            parsed["clocks_mhz"]["sm"] == expected["sm"]
+            and parsed["clocks_mhz"]["sm_max"] == expected["sm_max"]
+        )
+
+
+@pytest.mark.slow
+def test_precompiling_in_a_worker_process_then_measuring(tmp_path):
+    """The two-phase design on the CPU: a spawned worker compiles each configuration first, then this process
+    measures them (its compiles now hit the caches the worker filled)."""
+    progress = []
+    grid = make_grid(emulate=True, M=[SHAPE[0]], K=[SHAPE[1]], N=[SHAPE[2]], recipes=[RECIPE])
+    with serial_inductor():
+        summary = run_sweep(
+            grid,
+            tmp_path,
+            BenchSettings(emulate=True, compile_workers=1),
+            on_progress=lambda stage, completed, total, description: progress.append(
+                (stage, completed, total)
+            ),
+        )
+    assert ("compile", 2, 2) in progress and ("measure", 2, 2) in progress
+    assert progress.index(("compile", 2, 2)) < progress.index(("measure", 2, 2))
+    assert [record["status"] for record in summary.records] == ["ok", "ok"]

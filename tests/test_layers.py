@@ -326,3 +326,63 @@ def test_an_eval_mode_model_is_traced_as_in_training(tmp_path):
     )
     layers = by_fqn(inspect_model(str(path), batch=2, seq=16))
     assert layers["attn.in_proj_weight"].M == 32 and layers["attn.out_proj"].status is NOT_CALLED
+
+
+def _trace_forward(model, tokens, memo: bool):
+    """Every GEMM the recorder sees, and the metadata of every op output, for one forward on meta."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from fp8advisor.layers import _make_recorder, _storage_key
+
+    parameters = {_storage_key(p): p for p in model.parameters()}
+    calls: list = []
+    outputs: list = []
+
+    class Watch(TorchDispatchMode):  # above the recorder: sees every output, cached or not
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for tensor in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(tensor, torch.Tensor):
+                    outputs.append((str(func), tuple(tensor.shape), tensor.stride(), tensor.dtype))
+            return out
+
+    with torch.no_grad(), _make_recorder(parameters, [], calls, memo=memo), Watch():
+        model(tokens)
+    return [(c.op, c.M, c.K, c.N, id(c.parameter)) for c in calls], outputs
+
+
+def test_the_meta_kernel_memo_is_exact():
+    # The memo answers repeated ops from a cache; the outputs' shapes, strides and dtypes and the recorded
+    # GEMMs must be exactly those of running every meta kernel.
+    import torch
+
+    from fp8advisor.target import load_model
+
+    model = load_model(f"{MODELS_DIR / 'moe.py'}:build_model(n_layers=3, dim=256, n_heads=4)").model
+    tokens = torch.zeros(2, 64, dtype=torch.long, device="meta")
+    with_memo = _trace_forward(model, tokens, memo=True)
+    without_memo = _trace_forward(model, tokens, memo=False)
+    assert with_memo == without_memo
+    assert len(with_memo[0]) == 3 * (4 + 1 + 3 + 3) + 1  # attention 4, router 1, experts 3, shared 3; output
+
+
+def test_one_module_in_two_parents_is_converted_under_both_names(tmp_path):
+    path = write_model(
+        tmp_path,
+        """
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                shared = nn.Linear(64, 64)
+                self.left = nn.Sequential(shared)
+                self.right = nn.Sequential(shared)
+
+            def forward(self, x):
+                return self.right(self.left(x))
+        """,
+    )
+    layers = by_fqn(inspect_model(str(path), batch=1, seq=16))
+    # torchao visits it under both parents (named_children dedupes per parent only) and swaps it twice
+    assert layers["left.0"].aliases == ("right.0",) and layers["left.0"].status is TRACED
+    assert layers["left.0"].M_per_call == (16, 16)
