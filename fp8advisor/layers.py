@@ -419,13 +419,19 @@ def _run_forward(loaded, inputs, parameters_by_storage: dict, linears: list, deb
         where = _stop_location(error, loaded.source_file)
         if not calls and not module_calls:
             error_class = TargetError if inputs.how.startswith("example_inputs") else ModelInputsError
-            hint = (
-                "fix the model code or example_inputs; run with --debug for the full traceback"
-                if error_class is TargetError
-                else f"the tool guessed {inputs.how}; if forward wants something else, add to the file:\n"
-                "    def example_inputs(batch, seq):\n"
-                "        return (x,)   # forward's positional arguments (or a dict of keyword arguments)"
-            )
+            if error_class is TargetError:
+                hint = "fix the model code or example_inputs; run with --debug for the full traceback"
+            elif loaded.spec.kind == "hf_config":
+                hint = (
+                    "this model's forward needs more than token ids: write a model.py that builds it with "
+                    "transformers (from_config) and defines example_inputs(batch, seq)"
+                )
+            else:
+                hint = (
+                    f"the tool guessed {inputs.how}; if forward wants something else, add to the file:\n"
+                    "    def example_inputs(batch, seq):\n"
+                    "        return (x,)   # forward's positional arguments (or a dict of keyword arguments)"
+                )
             raise error_class(
                 f"the forward failed on {inputs.how}: {_first_line(error)}", location=where, hint=hint
             ) from error

@@ -386,3 +386,27 @@ def test_one_module_in_two_parents_is_converted_under_both_names(tmp_path):
     # torchao visits it under both parents (named_children dedupes per parent only) and swaps it twice
     assert layers["left.0"].aliases == ("right.0",) and layers["left.0"].status is TRACED
     assert layers["left.0"].M_per_call == (16, 16)
+
+
+def test_hugging_face_encoder_and_decoder_trace_fully(tmp_path):
+    pytest.importorskip("transformers")
+    import json
+
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "bert",
+                "hidden_size": 128,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "intermediate_size": 512,
+                "vocab_size": 1000,
+            }
+        )
+    )
+    encoder = by_fqn(inspect_model(str(tmp_path), batch=2, seq=64))
+    assert encoder["bert.encoder.layer.1.intermediate.dense"].status is TRACED
+    assert encoder["bert.encoder.layer.1.intermediate.dense"].M == 128
+    assert encoder["cls.predictions.decoder"].tied_to == "bert.embeddings.word_embeddings"
+    decoder = inspect_model(str(MODELS_DIR / "tiny_llama_hf"), batch=1, seq=256)
+    assert {layer.status for layer in decoder.layers} == {TRACED}

@@ -170,7 +170,7 @@ def bench(
     )
     settings = BenchSettings(emulate=emulate, compile_workers=compile_workers)
     console.print(
-        f"grid [bold]{chosen.name}[/]: {len(chosen.shapes)} shapes x {len(chosen.recipes)} configurations "
+        f"grid [bold]{chosen.name}[/]: {len(chosen.shapes)} shape(s) x {len(chosen.recipes)} configurations "
         f"({', '.join(chosen.recipes)}) -> {out}" + ("  [yellow](emulated on the CPU)[/]" if emulate else "")
     )
     progress = Progress(

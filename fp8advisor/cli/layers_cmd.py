@@ -39,8 +39,7 @@ def layers(
 ) -> None:
     """List every Linear (and other GEMM) of TARGET: K, N, the M each call sees, and whether FP8 can take it.
 
-    The model is built on the meta device (no memory, any file written for a GPU works) and run once on fake
-    inputs of (batch, seq) tokens.
+    Built on the meta device (no memory; a file written for a GPU works), then run once on (batch, seq).
 
     Example: fp8advisor layers data/models/llama3.py:llama3_70b --batch 1 --seq 8192
     """
@@ -62,12 +61,13 @@ def layers(
 
 def _ranges(indices: list[int]) -> str:
     """[0, 1, 2, 5, 7, 8] -> "0..2,5,7..8"."""
-    parts, start = [], indices[0]
-    for previous, current in zip(indices, indices[1:] + [None], strict=True):
-        if current != previous + 1 if current is not None else True:
-            parts.append(str(start) if start == previous else f"{start}..{previous}")
-            start = current
-    return ",".join(parts)
+    runs: list[list[int]] = []
+    for index in indices:
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return ",".join(str(run[0]) if len(run) == 1 else f"{run[0]}..{run[-1]}" for run in runs)
 
 
 def group_layers(layers: Iterable[GemmLayer]) -> list[tuple[str, GemmLayer, int]]:
@@ -80,8 +80,20 @@ def group_layers(layers: Iterable[GemmLayer]) -> list[tuple[str, GemmLayer, int]
             key, index = (layer.fqn,), None
         else:
             template = f"{layer.fqn[: match.start()]}{{}}{layer.fqn[match.end() :]}"
+            # Ties and aliases merge when they follow the same pattern (layers.N.x tied to layers.N.y).
             tied = _INDEX.sub("#", layer.tied_to) if layer.tied_to else None
-            key = (template, layer.cls, layer.K, layer.N, layer.M_per_call, layer.status, layer.reason, tied)
+            aliases = tuple(_INDEX.sub("#", alias) for alias in layer.aliases)
+            key = (
+                template,
+                layer.cls,
+                layer.K,
+                layer.N,
+                layer.M_per_call,
+                layer.status,
+                layer.reason,
+                tied,
+                aliases,
+            )
             index = int(match.group())
         groups.setdefault(key, []).append((index, layer))
     rows = []
