@@ -25,11 +25,11 @@ from fp8advisor.layers import GemmLayer, LayerStatus, ModelLayers
 from fp8advisor.recipes import ALL_RECIPES, Recipe, parse_recipe
 
 #: The default `min_speedup`. Converting exactly the layers predicted to be faster minimises the predicted
-#: Linear time, so the advice is never predicted slower than torchao's auto filter or "convert everything" on
-#: the same profile; 1.01 rather than 1.00 because the published table is rounded to 0.01, and a layer at a
-#: tie gains nothing while float8 still costs it accuracy. The profile's held-out error (3.0% median, 13% worst
-#: on the published H100 table, leave-one-out over 216 points) is printed with every advice; a team that
-#: wants a safety margin against it raises `--min-speedup` (e.g. 1.05).
+#: Linear time, so the advice is never predicted slower than torchao's auto filter or "convert everything"
+#: on the same profile; 1.01 rather than 1.00 because the published table is rounded to 0.01, and a layer at
+#: a tie gains nothing while float8 still costs it accuracy. `suggest` prints the profile's held-out error
+#: (3.0% median, 13% worst on the published H100 table, leave-one-out over 216 points); a team that wants a
+#: safety margin against it raises `--min-speedup` (e.g. 1.05).
 DEFAULT_MIN_SPEEDUP = 1.01
 
 #: A profile whose held-out median error exceeds this gets a warning with every advice made from it.
@@ -145,6 +145,7 @@ class Advice:
     warnings: tuple[str, ...] = ()
     recipe_options: tuple[RecipeOption, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    prediction_error: Any = None  # the profile's held-out error for this recipe (profile.FitError), if known
 
     @property
     def convert_fqns(self) -> tuple[str, ...]:
@@ -208,6 +209,7 @@ class Advice:
                 "recipe_options": [option.to_json() for option in self.recipe_options],
                 "weights": "predicted bf16 forward+backward time of each layer (see each layer's provenance)",
             },
+            "prediction_error": self.prediction_error.to_json() if self.prediction_error else None,
             "warnings": list(self.warnings),
             "notes": list(self.notes),
         }
@@ -541,6 +543,7 @@ def advise(
         warnings=tuple(warnings),
         recipe_options=options,
         notes=tuple(model_layers.notes),
+        prediction_error=_fit_error(profile_choice, chosen),
     )
 
 

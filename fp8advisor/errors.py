@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 class AdvisorError(Exception):
-    """Base class. `message` says what is wrong, `hint` what to do about it, `location` where ("file.py:12")."""
+    """Base class: `message` says what is wrong, `hint` what to do, `location` where ("file.py:12")."""
 
     exit_code = 2
 

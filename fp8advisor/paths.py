@@ -8,7 +8,7 @@ _PACKAGE = Path(__file__).resolve().parent
 
 
 def _data_dir() -> Path:
-    # A wheel install copies data/ to fp8advisor/_data; an editable install or a checkout reads data/ in place.
+    # A wheel install copies data/ to fp8advisor/_data; an editable install or a checkout reads data/.
     installed = _PACKAGE / "_data"
     return installed if (installed / "profiles").is_dir() else _PACKAGE.parent / "data"
 

@@ -155,6 +155,12 @@ def _print_report(advice: Advice) -> None:
     description = advice.profile_description
     console.print(description if description.startswith("profile") else f"profile: {description}")
     console.print(f"recipe:  {advice.recipe.value} ({advice.recipe_reason})")
+    error = advice.prediction_error
+    if error is not None:
+        console.print(
+            f"profile error ({error.method}, {error.n} points): median {error.median_relative_error:.1%}, "
+            f"worst {error.worst_relative_error:.1%}, 'speedup > 1' right for {error.sign_accuracy:.0%}"
+        )
     for note in advice.notes:
         console.print(Text(f"note: {note}", style="dim"))
 
