@@ -298,7 +298,11 @@ def _skip_dynamo_import() -> Iterator[None]:
     if "torch._dynamo" in sys.modules:
         yield  # already paid for
         return
-    patched = [f for f in _dynamo_disabled_refs() if getattr(f, "__dynamo_disable", None) is None]
+    try:
+        refs = _dynamo_disabled_refs()
+    except Exception:  # torch internals moved: inspection still works, only slower (torch._dynamo imports)
+        refs = []
+    patched = [f for f in refs if getattr(f, "__dynamo_disable", None) is None]
     try:
         for function in patched:
             function.__dynamo_disable = function

@@ -136,21 +136,19 @@ def render_table(inspected: ModelLayers, *, group: bool = True) -> tuple[Table, 
                 footnotes.append(note)
             row_marks.append(f"[{footnotes.index(note) + 1}]")
         marks.append("".join(row_marks))
-    # Only the name columns fold when the terminal is narrow; numbers and status never do.
-    table.add_column("layer (FQN)", overflow="fold", ratio=1)
-    table.add_column("class", overflow="fold", max_width=24)
+    # Only the name columns fold on a narrow terminal, FQNs last: numbers and status never do.
+    widest = max((len(name) for name, _, _ in rows), default=6)
+    table.add_column("layer (FQN)", overflow="fold", min_width=min(widest, 24))
+    table.add_column("class", overflow="fold", min_width=6, max_width=16)
     for header in ("K", "N", "M", "calls"):
         table.add_column(header, justify="right", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    if footnotes:
-        table.add_column("see", no_wrap=True)
+    table.add_column("status", no_wrap=True)  # with the footnote it points to: "not convertible [1]"
     for (name, layer, count), mark in zip(rows, marks, strict=True):
         # A merged row says how many layers it stands for next to their class: "Linear x80".
         cells = [name, f"{layer.cls} x{count}" if count > 1 else layer.cls]
         cells += [str(layer.K), str(layer.N), _m_text(layer), str(layer.calls)]
-        cells.append(Text(layer.status.value, style=_STATUS_STYLE[layer.status]))
-        if footnotes:
-            cells.append(mark)
+        status = Text(layer.status.value, style=_STATUS_STYLE[layer.status])
+        cells.append(status + Text(f" {mark}") if mark else status)
         table.add_row(*cells)
     return table, [f"[{number}] {note}" for number, note in enumerate(footnotes, start=1)]
 
