@@ -35,13 +35,14 @@ import builtins
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
+from fp8advisor.emit import ConfigFormat
 from fp8advisor.errors import ConfigError
+from fp8advisor.filters import dims_divisible_by_16, matches_filter
 from fp8advisor.recipes import Recipe
 
 try:  # Python 3.11+
@@ -123,36 +124,22 @@ _FILTER_BUILTINS = {
 Predicate = Callable[[nn.Module, str], bool]
 
 
-class Framework(str, Enum):
-    """Which training framework reads the file; the values are `suggest --format` names."""
-
-    TORCHTITAN_TOML = "torchtitan-toml"
-    TORCHTITAN_PY = "torchtitan-py"
-    NEMO_AUTOMODEL = "nemo-automodel"
-    ACCELERATE = "accelerate"
-    TORCHAO = "torchao"
-    FILTER = "filter"
-
-    def __str__(self) -> str:
-        return self.value
-
-
 # ----------------------------------------------------------------------------------------------------
 # The matching rules, as each framework codes them
 
 
 def divisible_by_16(module: nn.Module) -> bool:
-    """torch._scaled_mm needs K and N divisible by 16; every framework skips a Linear whose weight is not."""
+    """`filters.dims_divisible_by_16` on a real module: `N, K = weight.shape`."""
     out_features, in_features = module.weight.shape
-    return in_features % 16 == 0 and out_features % 16 == 0
+    return dims_divisible_by_16(in_features, out_features)
 
 
 def substring_rule(filter_fqns: tuple[str, ...]) -> Predicate:
     """torchtitan `module_filter_fn`, NeMo `_module_filter_fn`: an nn.Linear, K and N % 16 == 0, no entry a
-    substring of the FQN."""
+    substring of the FQN (the rule `filters.converted_by_framework` simulates on names and shapes)."""
 
     def decides(module: nn.Module, fqn: str) -> bool:
-        if any(entry in fqn for entry in filter_fqns):
+        if matches_filter(fqn, filter_fqns):
             return False
         return isinstance(module, nn.Linear) and divisible_by_16(module)
 
@@ -207,7 +194,7 @@ class FrameworkConfig:
     rule has them (for a Python filter: the names in its one literal set, when it has one).
     """
 
-    framework: Framework
+    framework: ConfigFormat
     path: Path
     enabled: bool  # False: the framework trains in bf16 whatever the rest says
     recipe: Recipe | None  # None: the file does not say (a bare filter list); the caller supplies one
@@ -232,7 +219,7 @@ class FrameworkConfig:
     def with_recipe(self, recipe: Recipe) -> FrameworkConfig:
         """A bare filter list completed with the recipe the caller chose (`--recipe`, or the advice's): the
         rule with the auto-filter flag depends on it. Other formats name their recipe: unchanged."""
-        if self.framework is not Framework.FILTER:
+        if self.framework is not ConfigFormat.FILTER:
             return self
         rule, factory, notes = _substring_or_auto(recipe, self.filter_fqns or (), auto_passes_linear=True)
         return replace(
@@ -260,27 +247,27 @@ class FrameworkConfig:
 # Reading
 
 
-def detect_framework(path: Path, text: str) -> Framework:
+def detect_framework(path: Path, text: str) -> ConfigFormat:
     """The format of a config file, from its extension and (for .py and .yaml) what it holds."""
     suffix = path.suffix.lower()
     if suffix == ".toml":
-        return Framework.TORCHTITAN_TOML
+        return ConfigFormat.TORCHTITAN_TOML
     if suffix == ".json":
-        return Framework.FILTER
+        return ConfigFormat.FILTER
     if suffix in (".yaml", ".yml"):
         data = _load_yaml(path, text)
         if isinstance(data, dict) and "fp8" in data:
-            return Framework.NEMO_AUTOMODEL
-        return Framework.FILTER
+            return ConfigFormat.NEMO_AUTOMODEL
+        return ConfigFormat.FILTER
     if suffix == ".py":
         tree = _parse_python(path, text)
         called = {_call_name(node) for node in ast.walk(tree) if isinstance(node, ast.Call)}
         if "Float8LinearConverter.Config" in called:
-            return Framework.TORCHTITAN_PY
+            return ConfigFormat.TORCHTITAN_PY
         if "AORecipeKwargs" in called:
-            return Framework.ACCELERATE
+            return ConfigFormat.ACCELERATE
         if "convert_to_float8_training" in called:
-            return Framework.TORCHAO
+            return ConfigFormat.TORCHAO
         raise ConfigError(
             f"{path} sets up no float8 training this tool can read",
             hint="expected Float8LinearConverter.Config(...) (torchtitan 0.3), AORecipeKwargs(...) "
@@ -296,7 +283,7 @@ def detect_framework(path: Path, text: str) -> Framework:
 
 
 def read_config(
-    path: str | Path, *, framework: Framework | str | None = None, recipe: Recipe | str | None = None
+    path: str | Path, *, framework: ConfigFormat | str | None = None, recipe: Recipe | str | None = None
 ) -> FrameworkConfig:
     """Read `path` as its framework would. `framework` overrides detection; `recipe` is used only where the
     file names none (a bare filter list). Raises ConfigError (exit 2) for unreadable or unsupported files."""
@@ -307,15 +294,15 @@ def read_config(
         raise ConfigError(f"no such config file: {path}", hint="check the path given to --config") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"cannot read {path}: {error}") from None
-    chosen = Framework(framework) if framework is not None else detect_framework(path, text)
+    chosen = ConfigFormat(framework) if framework is not None else detect_framework(path, text)
     default_recipe = Recipe(recipe) if recipe is not None else None
     readers = {
-        Framework.TORCHTITAN_TOML: _read_torchtitan_toml,
-        Framework.TORCHTITAN_PY: _read_torchtitan_py,
-        Framework.NEMO_AUTOMODEL: _read_nemo,
-        Framework.ACCELERATE: _read_accelerate,
-        Framework.TORCHAO: _read_torchao,
-        Framework.FILTER: _read_filter,
+        ConfigFormat.TORCHTITAN_TOML: _read_torchtitan_toml,
+        ConfigFormat.TORCHTITAN_PY: _read_torchtitan_py,
+        ConfigFormat.NEMO_AUTOMODEL: _read_nemo,
+        ConfigFormat.ACCELERATE: _read_accelerate,
+        ConfigFormat.TORCHAO: _read_torchao,
+        ConfigFormat.FILTER: _read_filter,
     }
     return readers[chosen](path, text, default_recipe)
 
@@ -415,7 +402,7 @@ def _read_torchtitan_toml(path: Path, text: str, default_recipe: Recipe | None) 
             "[compile] enable is not true for the model: float8 without torch.compile is slower than bf16"
         )
     return FrameworkConfig(
-        Framework.TORCHTITAN_TOML,
+        ConfigFormat.TORCHTITAN_TOML,
         path,
         enabled,
         recipe,
@@ -454,7 +441,7 @@ def _read_nemo(path: Path, text: str, default_recipe: Recipe | None) -> Framewor
         notes.append("compile.enabled is not true: float8 without torch.compile is slower than bf16")
     predicate = substring_rule(entries)
     return FrameworkConfig(
-        Framework.NEMO_AUTOMODEL,
+        ConfigFormat.NEMO_AUTOMODEL,
         path,
         enabled,
         recipe,
@@ -486,7 +473,7 @@ def _read_filter(path: Path, text: str, default_recipe: Recipe | None) -> Framew
             recipe = _recipe(data["recipe"], path, "recipe")
         data = data["filter_fqns"]
     entries = _string_list(data if data is not None else [], path, "the filter list")
-    config = FrameworkConfig(Framework.FILTER, path, True, None, entries, "", None, ())
+    config = FrameworkConfig(ConfigFormat.FILTER, path, True, None, entries, "", None, ())
     if recipe is not None:
         return config.with_recipe(recipe)
     # The rule (with the auto-filter flag) depends on the recipe: the caller completes it with `with_recipe`.
@@ -612,7 +599,7 @@ def _read_torchtitan_py(path: Path, text: str, default_recipe: Recipe | None) ->
     notes.extend(rule_notes)
     # torchtitan 0.3 tests Linear.Config in_features/out_features: the same shapes as nn.Linear's weight.
     return FrameworkConfig(
-        Framework.TORCHTITAN_PY,
+        ConfigFormat.TORCHTITAN_PY,
         path,
         True,
         recipe,
@@ -665,7 +652,7 @@ def _read_torchao(path: Path, text: str, default_recipe: Recipe | None) -> Frame
     if filter_node is None or (isinstance(filter_node, ast.Constant) and filter_node.value is None):
         # torchao without a filter converts every nn.Linear, whatever its shape.
         return FrameworkConfig(
-            Framework.TORCHAO,
+            ConfigFormat.TORCHAO,
             path,
             True,
             recipe,
@@ -677,7 +664,7 @@ def _read_torchao(path: Path, text: str, default_recipe: Recipe | None) -> Frame
         )
     predicate, rule, entries = _filter_function(filter_node, tree, path, text)
     return FrameworkConfig(
-        Framework.TORCHAO, path, True, recipe, entries, rule, None, (), lambda model: predicate
+        ConfigFormat.TORCHAO, path, True, recipe, entries, rule, None, (), lambda model: predicate
     )
 
 
@@ -708,7 +695,7 @@ def _read_accelerate(path: Path, text: str, default_recipe: Recipe | None) -> Fr
     if filter_node is None or (isinstance(filter_node, ast.Constant) and filter_node.value is None):
         notes.append("no module_filter_func: accelerate keeps the first and last nn.Linear in bf16")
         return FrameworkConfig(
-            Framework.ACCELERATE,
+            ConfigFormat.ACCELERATE,
             path,
             enabled,
             recipe,
@@ -720,7 +707,7 @@ def _read_accelerate(path: Path, text: str, default_recipe: Recipe | None) -> Fr
         )
     predicate, rule, entries = _filter_function(filter_node, tree, path, text)
     return FrameworkConfig(
-        Framework.ACCELERATE,
+        ConfigFormat.ACCELERATE,
         path,
         enabled,
         recipe,

@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from fp8advisor.configs import AUTO_FILTER_FLAG, Framework, read_config
+from fp8advisor.configs import AUTO_FILTER_FLAG, read_config
+from fp8advisor.emit import ConfigFormat
 from fp8advisor.errors import ConfigError
 from fp8advisor.recipes import Recipe
 
@@ -55,7 +56,7 @@ TOML_ROWWISE = textwrap.dedent("""
 )
 def test_torchtitan_toml_substring_and_divisibility(tmp_path, fqn, module, converts):
     config = read_config(write(tmp_path, "job.toml", TOML_ROWWISE))
-    assert config.framework is Framework.TORCHTITAN_TOML
+    assert config.framework is ConfigFormat.TORCHTITAN_TOML
     assert config.recipe is Recipe.ROWWISE
     assert config.enabled and config.compile_enabled
     assert config.filter_fqns == ("output", "attention.wk")
@@ -135,7 +136,7 @@ TITAN_PY = textwrap.dedent("""
 
 def test_torchtitan_py_reads_the_literals_without_running(tmp_path):
     config = read_config(write(tmp_path, "recipe.py", TITAN_PY))  # base_recipe is undefined: never run
-    assert config.framework is Framework.TORCHTITAN_PY
+    assert config.framework is ConfigFormat.TORCHTITAN_PY
     assert config.recipe is Recipe.ROWWISE_WITH_GW_HP
     assert config.filter_fqns == ("lm_head", "attention.wk")
     assert config.compile_enabled is True
@@ -178,7 +179,7 @@ NEMO = textwrap.dedent("""
 
 def test_nemo_yaml(tmp_path):
     config = read_config(write(tmp_path, "recipe.yaml", NEMO))
-    assert config.framework is Framework.NEMO_AUTOMODEL
+    assert config.framework is ConfigFormat.NEMO_AUTOMODEL
     assert config.recipe is Recipe.TENSORWISE and config.enabled and config.compile_enabled
     assert not config.decides(linear(4096, 1024), "model.layers.3.self_attn.k_proj")
     assert config.decides(linear(4096, 4096), "model.layers.3.self_attn.q_proj")
@@ -236,7 +237,7 @@ ACCELERATE = textwrap.dedent("""
 
 def test_accelerate_exact_set(tmp_path):
     config = read_config(write(tmp_path, "train.py", ACCELERATE))
-    assert config.framework is Framework.ACCELERATE
+    assert config.framework is ConfigFormat.ACCELERATE
     assert config.recipe is Recipe.ROWWISE and config.enabled
     assert config.decides(linear(4096, 14336), "model.layers.0.mlp.up_proj")
     assert not config.decides(linear(4096, 14336), "model.layers.1.mlp.up_proj")  # exact, not substring
@@ -285,7 +286,7 @@ TORCHAO = textwrap.dedent("""
 
 def test_torchao_filter_function_runs_alone(tmp_path):
     config = read_config(write(tmp_path, "train.py", TORCHAO))
-    assert config.framework is Framework.TORCHAO
+    assert config.framework is ConfigFormat.TORCHAO
     assert config.recipe is Recipe.TENSORWISE  # CONFIG = Float8LinearConfig(): the module-level assignment
     assert config.decides(linear(4096, 4096), "layers.0.wq")
     assert config.decides(linear(4096, 1024), "layers.0.wv")  # min dim 1024 >= MIN_DIM
@@ -359,7 +360,7 @@ def test_filter_function_error_is_a_config_error(tmp_path):
 )
 def test_filter_lists(tmp_path, name, text):
     config = read_config(write(tmp_path, name, text), recipe="rowwise")
-    assert config.framework is Framework.FILTER
+    assert config.framework is ConfigFormat.FILTER
     assert config.recipe is Recipe.ROWWISE
     assert not config.decides(linear(4096, 1024), "layers.1.attention.wk")
     assert config.decides(linear(4096, 4096), "layers.1.attention.wq")
