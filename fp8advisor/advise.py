@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fp8advisor.filters import FilterList, Framework, dims_divisible_by_16, shortest_exact_filter
-from fp8advisor.layers import GemmLayer, LayerStatus, ModelLayers
+from fp8advisor.layers import Folded, GemmLayer, LayerStatus, ModelLayers, fold_repeated
 from fp8advisor.recipes import ALL_RECIPES, Recipe, parse_recipe
 
 #: The default `min_speedup`. Converting exactly the layers predicted to be faster minimises the predicted
@@ -675,63 +675,14 @@ def _warnings(
     return warnings
 
 
-@dataclass(frozen=True)
-class LayerGroup:
-    """Layers that differ only in their block numbers and share one decision: one table row.
+def group_layers(layers: Sequence[LayerAdvice]) -> list[Folded]:
+    """Fold repeated blocks with one decision into one row each: `layers.{0..79}.attention.wq`."""
 
-    `pattern` writes the numbers as ranges: `layers.{0..79}.attention.wq`.
-    """
-
-    pattern: str
-    fqns: tuple[str, ...]
-    first: LayerAdvice  # every member has its shape, speedup (to 2 decimals), decision and reason
-
-    @property
-    def count(self) -> int:
-        return len(self.fqns)
-
-
-def _ranges(numbers: Sequence[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> '0..2,5,7..8'."""
-    values = sorted(set(numbers))
-    parts: list[str] = []
-    start = previous = values[0]
-    for value in values[1:] + [None]:  # type: ignore[operator]
-        if value is not None and value == previous + 1:
-            previous = value
-            continue
-        parts.append(str(start) if start == previous else f"{start}..{previous}")
-        if value is not None:
-            start = previous = value
-    return ",".join(parts)
-
-
-def group_layers(layers: Sequence[LayerAdvice]) -> list[LayerGroup]:
-    """Fold repeated blocks into one row each, in model order (the first member's position)."""
-    groups: dict[tuple, list[LayerAdvice]] = {}
-    for layer in layers:
-        parts = layer.fqn.split(".")
-        shape = tuple("#" if part.isdigit() else part for part in parts)
+    def decision(layer: LayerAdvice) -> tuple:
         speedup = None if layer.predicted_speedup is None else round(layer.predicted_speedup, 2)
-        key = (shape, layer.M, layer.K, layer.N, speedup, layer.convert, layer.reason, layer.status)
-        groups.setdefault(key, []).append(layer)
-    result = []
-    for (shape, *_), members in groups.items():
-        if len(members) == 1:
-            pattern = members[0].fqn
-        else:
-            numbers = [[int(p) for p in m.fqn.split(".") if p.isdigit()] for m in members]
-            words, index = [], 0
-            for part in shape:
-                if part == "#":
-                    values = [n[index] for n in numbers]
-                    index += 1
-                    words.append(str(values[0]) if len(set(values)) == 1 else "{" + _ranges(values) + "}")
-                else:
-                    words.append(part)
-            pattern = ".".join(words)
-        result.append(LayerGroup(pattern, tuple(m.fqn for m in members), members[0]))
-    return result
+        return (layer.M, layer.K, layer.N, speedup, layer.convert, layer.reason, layer.status)
+
+    return fold_repeated(layers, decision)
 
 
 __all__ = [
@@ -739,7 +690,6 @@ __all__ = [
     "DEFAULT_MIN_SPEEDUP",
     "Advice",
     "LayerAdvice",
-    "LayerGroup",
     "RecipeOption",
     "Strategy",
     "advise",

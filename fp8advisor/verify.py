@@ -46,7 +46,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -58,7 +57,7 @@ from torch import nn
 
 from fp8advisor.configs import AUTO_FILTER_FLAG, FrameworkConfig, read_config
 from fp8advisor.errors import AdvisorError, TargetError
-from fp8advisor.layers import LayerStatus, ModelLayers
+from fp8advisor.layers import LayerStatus, ModelLayers, block_shape
 from fp8advisor.recipes import Recipe
 
 #: A layer whose float8 output or input-gradient SQNR is below this is flagged (see the module docstring).
@@ -749,7 +748,7 @@ def verify(
         if execution_mode == "shadow":
             # The shadow's layers of one repeated group are the same torchao code on random weights of the
             # same shape: one of them measures what all would (and keeps an 80-layer model's check short).
-            group = (group_key(fqn), bf16_modules[fqn].in_features, bf16_modules[fqn].out_features)
+            group = (block_shape(fqn), bf16_modules[fqn].in_features, bf16_modules[fqn].out_features)
             if group in measured_groups:
                 continue
             measured_groups.add(group)
@@ -919,14 +918,6 @@ def _as_run_input(value: Any) -> Any:
     return value
 
 
-_DIGITS = re.compile(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.)")
-
-
-def group_key(fqn: str) -> str:
-    """`layers.12.attention.wq` -> `layers.*.attention.wq`: rows that read the same are shown once."""
-    return _DIGITS.sub("*", fqn)
-
-
 __all__ = [
     "REAL_MODEL_MAX_PARAMETERS",
     "SQNR_THRESHOLD_DB",
@@ -937,7 +928,6 @@ __all__ = [
     "OpTrace",
     "VerifyReport",
     "convert",
-    "group_key",
     "layer_sqnr",
     "sqnr_db",
     "verify",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Iterable
 
@@ -13,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fp8advisor.cli import command, console, state
-from fp8advisor.layers import GemmLayer, LayerStatus, ModelLayers
+from fp8advisor.layers import GemmLayer, LayerStatus, ModelLayers, block_shape, fold_repeated
 
 _STATUS_STYLE = {
     LayerStatus.TRACED: "green",
@@ -21,7 +20,6 @@ _STATUS_STYLE = {
     LayerStatus.NOT_CALLED: "magenta",
     LayerStatus.NOT_CONVERTIBLE: "red",
 }
-_INDEX = re.compile(r"(?<=\.)\d+(?=\.|$)|^\d+(?=\.|$)")
 
 
 @command("layers")
@@ -59,52 +57,17 @@ def layers(
         console.print(Text(f"note: {note}", style="dim"))
 
 
-def _ranges(indices: list[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> "0..2,5,7..8"."""
-    runs: list[list[int]] = []
-    for index in indices:
-        if runs and index == runs[-1][-1] + 1:
-            runs[-1].append(index)
-        else:
-            runs.append([index])
-    return ",".join(str(run[0]) if len(run) == 1 else f"{run[0]}..{run[-1]}" for run in runs)
-
-
 def group_layers(layers: Iterable[GemmLayer]) -> list[tuple[str, GemmLayer, int]]:
-    """Rows for the table: layers that differ only in their first block index, and in nothing else, merge into
+    """Rows for the table: layers that differ only in their block indices, and in nothing else, merge into
     one row `layers.{0..79}.attention.wq` (name, the first layer, count), in order of first appearance."""
-    groups: dict[tuple, list[tuple[int | None, GemmLayer]]] = {}
-    for layer in layers:
-        match = _INDEX.search(layer.fqn)
-        if match is None:
-            key, index = (layer.fqn,), None
-        else:
-            template = f"{layer.fqn[: match.start()]}{{}}{layer.fqn[match.end() :]}"
-            # Ties and aliases merge when they follow the same pattern (layers.N.x tied to layers.N.y).
-            tied = _INDEX.sub("#", layer.tied_to) if layer.tied_to else None
-            aliases = tuple(_INDEX.sub("#", alias) for alias in layer.aliases)
-            key = (
-                template,
-                layer.cls,
-                layer.K,
-                layer.N,
-                layer.M_per_call,
-                layer.status,
-                layer.reason,
-                tied,
-                aliases,
-            )
-            index = int(match.group())
-        groups.setdefault(key, []).append((index, layer))
-    rows = []
-    for key, members in groups.items():
-        first = members[0][1]
-        if len(members) == 1:
-            rows.append((first.fqn, first, 1))
-        else:
-            indices = sorted(index for index, _ in members)
-            rows.append((key[0].replace("{}", f"{{{_ranges(indices)}}}"), first, len(members)))
-    return rows
+
+    def same(layer: GemmLayer) -> tuple:
+        # Ties and aliases merge when they follow the same pattern (layers.N.x tied to layers.N.y).
+        tied = block_shape(layer.tied_to) if layer.tied_to else None
+        aliases = tuple(block_shape(alias) for alias in layer.aliases)
+        return (layer.cls, layer.K, layer.N, layer.M_per_call, layer.status, layer.reason, tied, aliases)
+
+    return [(row.pattern, row.first, row.count) for row in fold_repeated(layers, same)]
 
 
 def _m_text(layer: GemmLayer) -> str:

@@ -6,6 +6,7 @@ import json
 import math
 
 import typer
+from rich import box
 from rich.table import Table
 from rich.text import Text
 
@@ -72,13 +73,11 @@ def _db(value: float | None) -> str:
 
 
 def _group(report) -> list[tuple[str, int, object]]:
-    """Fold rows that read the same (repeated blocks) into one: (pattern, count, first layer)."""
-    from fp8advisor.verify import group_key
+    """Fold rows that read the same (repeated blocks) into one: (pattern, count, members)."""
+    from fp8advisor.layers import fold_repeated
 
-    groups: dict[tuple, list] = {}
-    for layer in report.layers:
-        key = (
-            group_key(layer.fqn),
+    def same(layer) -> tuple:
+        return (
             layer.K,
             layer.N,
             layer.converted,
@@ -89,11 +88,8 @@ def _group(report) -> list[tuple[str, int, object]]:
             layer.problems,
             layer.status,
         )
-        groups.setdefault(key, []).append(layer)
-    rows = []
-    for (pattern, *_), members in groups.items():
-        rows.append((members[0].fqn if len(members) == 1 else pattern, len(members), members))
-    return rows
+
+    return [(row.pattern, row.count, list(row.members)) for row in fold_repeated(report.layers, same)]
 
 
 def _print_report(report) -> None:
@@ -119,15 +115,19 @@ def _print_report(report) -> None:
     for note in report.notes:
         console.print(Text(f"note: {note}", style="dim"), soft_wrap=True)
 
-    table = Table(title="Layers (repeated blocks folded)", title_justify="left")
-    table.add_column("layers", overflow="fold", ratio=3)
-    table.add_column("n", justify="right")
-    table.add_column("K x N", justify="right")
-    table.add_column("config (advice)")
-    table.add_column("GEMMs fp8/hp", justify="right")
-    table.add_column("SQNR dB out/grad", justify="right")
-    table.add_column("check")
-    for pattern, count, members in _group(report):
+    rows = _group(report)
+    table = Table(
+        title="Layers (repeated blocks folded)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+    )
+    # FQNs never break (people search for them), as in suggest's table; the check column folds instead.
+    table.add_column("layers", no_wrap=True, min_width=min(max((len(r[0]) for r in rows), default=6), 40))
+    table.add_column("n", justify="right", no_wrap=True)
+    table.add_column("K x N", justify="right", no_wrap=True)
+    table.add_column("config", no_wrap=True)  # "(advice)" beside it, in red, where the two differ
+    table.add_column("fp8/hp", justify="right", no_wrap=True)  # GEMMs that ran, per precision
+    table.add_column("SQNR dB", justify="right", no_wrap=True)  # output/input gradient
+    table.add_column("check", overflow="fold", min_width=5)
+    for pattern, count, members in rows:
         layer = members[0]
         decision = Text("fp8", style="green") if layer.converted else Text("bf16", style="dim")
         if layer.converted != layer.advised:
@@ -142,9 +142,9 @@ def _print_report(report) -> None:
     console.print(table)
     console.print(
         Text(
-            "SQNR: each converted layer alone, float8 vs its bf16 twin on the same input and gradient "
-            "(minimum over "
-            f"folded rows); flagged under {report.sqnr_threshold_db:g} dB",
+            "SQNR dB (output/input gradient): each converted layer alone, float8 vs its bf16 twin on the "
+            "same input and gradient (minimum over folded rows); "
+            f"flagged under {report.sqnr_threshold_db:g} dB",
             style="dim",
         )
     )
