@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fp8advisor.device import MIN_FP8_CAPABILITY
 from fp8advisor.filters import FilterList, Framework, dims_divisible_by_16, shortest_exact_filter
 from fp8advisor.layers import Folded, GemmLayer, LayerStatus, ModelLayers, fold_repeated
 from fp8advisor.recipes import ALL_RECIPES, Recipe, parse_recipe
@@ -64,6 +65,7 @@ class LayerAdvice:
     float8_time_s: float = 0.0
     provenance: str | None = None  # of the speedup figure
     how: str | None = None  # interpolated / extrapolated / modelled
+    aliases: tuple[str, ...] = ()  # other names of the same module (GemmLayer.aliases)
 
     @property
     def counts_in_linear_time(self) -> bool:
@@ -151,6 +153,15 @@ class Advice:
     def convert_fqns(self) -> tuple[str, ...]:
         """The advised float8 layers, sorted: what the exact (torchao, accelerate) module filters convert."""
         return tuple(sorted(layer.fqn for layer in self.layers if layer.convert))
+
+    @property
+    def module_filter_fqns(self) -> tuple[str, ...]:
+        """The names an exact module filter must accept: every advised layer under each of its names. A module
+        shared by two parents (`blocks.0.shared` is `blocks.1.shared`) is swapped once per parent, under that
+        parent's name; a filter naming only the first leaves the calls through the other in bf16."""
+        return tuple(
+            sorted({name for layer in self.layers if layer.convert for name in (layer.fqn, *layer.aliases)})
+        )
 
     @property
     def filter_fqns(self) -> tuple[str, ...]:
@@ -253,7 +264,7 @@ def _predict_layer(
             float8 += times.float8_s
             provenances.add(times.speedup.provenance)
             hows.add(times.speedup.how)
-        provenance = max(provenances, key=lambda p: PROVENANCE_RANK.get(p, 9))
+        provenance = _weakest(provenances)
         how = max(hows, key=lambda h: _HOW_RANK.get(h, 9))
         if worst is None or bf16 / float8 < worst[0] / worst[1]:
             worst = (bf16, float8, provenance, how)
@@ -278,6 +289,7 @@ def _decide(
             calls=layer.calls,
             status=layer.status,
             is_linear=layer.is_linear,
+            aliases=layer.aliases,
         )
         if not layer.convertible or not layer.is_linear:
             if layer.status is LayerStatus.NOT_CALLED:
@@ -387,12 +399,14 @@ def _detect_capability() -> tuple[int, int] | None:
 
 def _fit_error(profile_choice, recipe: Recipe):
     """The held-out error of the profile answering for `recipe`, None when unknown."""
+    from fp8advisor.errors import ProfileError
+
     try:
         profile = (
             profile_choice.profile_for(recipe) if hasattr(profile_choice, "profile_for") else profile_choice
         )
         return profile.recipe(recipe).error
-    except Exception:  # a stub or a profile without this recipe: no error figure to report
+    except (AttributeError, ProfileError):  # a stand-in without figures, or no figures for this recipe
         return None
 
 
@@ -592,7 +606,7 @@ def _warnings(
 ) -> list[str]:
     warnings = []
     capability = _detect_capability() if device_capability == "detect" else device_capability
-    if capability is not None and tuple(capability) < (8, 9):
+    if capability is not None and tuple(capability) < MIN_FP8_CAPABILITY:
         warnings.append(
             f"this GPU (compute capability {capability[0]}.{capability[1]}) has no FP8 tensor cores "
             "(sm_89 or newer: Ada, Hopper, Blackwell): float8 training will not run here; the advice is for "

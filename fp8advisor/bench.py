@@ -8,14 +8,15 @@ bf16, forward then backward with a random grad_output, for bf16 and for each flo
 `torch.compile` (default mode, after `torch._dynamo.reset()`). Per point:
 
 - a correctness check first: SQNR of the float8 output and input gradient against the bf16 module (eager);
-- GPU kernel time with `torch.profiler`: 2 warm-up + 5 profiled iterations, the GPU time of the top-level ops
-  summed, the benchmark's own overhead (gradient accumulation `aten::add_`, `aten::sum`, `aten::fill_`,
-  `aten::copy_`, device syncs) dropped, exactly as torchao's
-  `profiler_output_to_filtered_time_by_kernel_name`;
+- GPU kernel time with `torch.profiler`: 2 warm-up + 5 profiled iterations, the self GPU time of the CPU ops
+  that launched kernels summed, the benchmark's own overhead (gradient accumulation `aten::add_`, `aten::sum`,
+  device syncs, the profiler's own "Activity Buffer Request" and "Unrecognized" rows) dropped, exactly as
+  torchao 0.18's `profiler_output_to_filtered_time_by_kernel_name`;
+- peak GPU memory of the configuration over its compile, correctness check and profiled iterations
+  (`torch.cuda.max_memory_allocated` after a reset, minus what the sweep held before the configuration
+  started; read before do_bench, whose 256 MB L2-flush buffer is not the configuration's);
 - wall-clock per iteration with `triton.testing.do_bench` (warm-up, L2 flush, CUDA events, median and
   20th/80th percentiles; gradients set to None before each call so accumulation is not timed);
-- peak GPU memory of the configuration (`torch.cuda.max_memory_allocated` after a reset, minus what the sweep
-  held before the configuration started);
 - where the time goes, per float8 point: GEMM-only speedup (`torch._scaled_mm` against `torch.mm`, the three
   GEMMs of forward + backward) and the time of the recipe's casts, with the kernels of `fp8advisor_kernels`.
 
@@ -33,10 +34,10 @@ work of a point is a fraction of a second even at 32768^3. So the sweep runs in 
    each recipe). Its `torch.compile` calls now hit the caches (about a second each instead of tens), so the
    measurement phase costs a few seconds per point, most of it the profiler and do_bench windows.
 
-The default grid is sized for that budget: M, K and N each over {1024, 4096, 32768} (1024 is the GQA key/value
-width, 4096 the hidden size of 7-8B models, 32768 the upper end of the published tables), 27 shapes, plus the
-feed-forward layers of Llama 3 8B and 70B at M = 8192 (one sequence of 8192 tokens): 31 shapes, 124
-configurations. The 10-minute figure is a design target, not a measurement: no GPU has run this sweep yet.
+The default grid is sized for that budget: a complete cube, M over {1024, 4096, 8192, 32768} and K and N over
+{1024, 4096, 32768} (1024 is the GQA key/value width, 4096 the hidden size of 7-8B models, M = 8192 one
+sequence of 8192 tokens, 32768 the upper end of the published tables): 36 shapes, 144 configurations. The
+10-minute figure is a design target, not a measurement: no GPU has run this sweep yet.
 `quick` is a smoke test; `llama` the Llama 3 8B/70B layer shapes at three token counts; `full` the published
 1024..32768 power-of-two cube (216 shapes, about an hour).
 
@@ -74,7 +75,7 @@ GPU_METHOD = {
     "(triton.testing.do_bench)",
     "correctness": "SQNR (dB) of float8 output and input gradient against the eager bf16 module",
     "peak_memory": "torch.cuda.max_memory_allocated after reset_peak_memory_stats, minus memory held before "
-    "the configuration",
+    "the configuration, over its compile, correctness check and profiled iterations",
     "breakdown": "gemm_only_speedup: the 3 GEMMs of fwd+bwd, torch.mm vs torch._scaled_mm; cast_overhead_s: "
     "the recipe's dynamic-quantization kernels, unfused (fp8advisor_kernels); do_bench medians",
 }
@@ -90,9 +91,18 @@ EMULATED_METHOD = {
     "breakdown": None,
 }
 
-#: Keys of profiler rows that are the benchmark's own overhead, not the module's work (torchao's filter).
+#: Keys of profiler rows that are not the module's work, as torchao 0.18's benchmarks/float8/utils.py drops
+#: them: the benchmark's own `sum` and gradient accumulation (`add_`), device syncs, the profiler's own rows.
+#: (torchao stopped dropping `aten::fill_` and `aten::copy_` in 2025: they are counted, as there.)
 PROFILER_OVERHEAD_KEYS = frozenset(
-    {"aten::sum", "aten::fill_", "aten::copy_", "aten::add_", "cudaDeviceSynchronize"}
+    {
+        "aten::sum",
+        "aten::add_",
+        "cudaDeviceSynchronize",
+        "hipDeviceSynchronize",
+        "Activity Buffer Request",
+        "Unrecognized",
+    }
 )
 
 
@@ -262,6 +272,8 @@ class Measurement:
     sqnr_db: dict[str, float] | None
     gemm_only_speedup: float | None = None
     cast_overhead_s: float | None = None
+    #: Why the breakdown probes failed (the timings above still stand), None when they ran or were not asked.
+    breakdown_error: str | None = None
 
 
 def point_record(
@@ -289,6 +301,7 @@ def point_record(
         "sqnr_db": m.sqnr_db if m else None,
         "gemm_only_speedup": m.gemm_only_speedup if m else None,
         "cast_overhead_s": m.cast_overhead_s if m else None,
+        "breakdown_error": m.breakdown_error if m else None,
         "measured_at": results_store.utc_now(),
         "emulated": emulated,
     }
@@ -444,6 +457,9 @@ class ShapeBench:
             self.reference()  # computed on first use, before the configuration's memory window opens
         memory_before = 0
         if not emulate:
+            # The previous configuration's compiled graphs (and all they hold) go now, not inside this window.
+            torch._dynamo.reset()
+            gc.collect()
             torch.cuda.synchronize()
             memory_before = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
@@ -471,7 +487,11 @@ class ShapeBench:
         else:
             measurement = self._measure_gpu(step, x, parameters, sqnr, memory_before)
             if recipe != BASELINE and self.settings.breakdown:
-                measurement = dataclasses.replace(measurement, **self._breakdown(recipe))
+                try:
+                    breakdown = self._breakdown(recipe)
+                except Exception as error:  # noqa: BLE001 - a failed probe must not discard the point's times
+                    breakdown = {"breakdown_error": failure_reason(error)}
+                measurement = dataclasses.replace(measurement, **breakdown)
         return measurement
 
     def _measure_cpu(self, step: Callable, x, parameters, sqnr) -> Measurement:
@@ -502,68 +522,27 @@ class ShapeBench:
                 step()
                 torch.cuda.synchronize()
         kernel_time = kernel_time_from_profile(prof.key_averages(), iterations)
+        # Before do_bench: its L2-flush buffer (256 MB) is not the configuration's memory.
+        peak = torch.cuda.max_memory_allocated() - memory_before
         wall = do_bench_seconds(
             step,
             warmup_ms=self.settings.wall_warmup_ms,
             rep_ms=self.settings.wall_rep_ms,
             grad_to_none=[x, *parameters],
         )
-        torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated() - memory_before
         return Measurement(kernel_time_s=kernel_time, wall_time_s=wall, peak_memory_bytes=peak, sqnr_db=sqnr)
 
     def _breakdown(self, recipe: str) -> dict:
-        """GEMM-only speedup and cast time of `recipe` at this shape (GPU), shared by the shape's recipes."""
+        """GEMM-only speedup and cast time of `recipe` at this shape (GPU), probes shared by the shape's
+        recipes."""
         from fp8advisor_kernels import timing
 
-        M, K, N = self.M, self.K, self.N
         # A smaller do_bench budget than the module's timing: these 18 or so probes per shape are a breakdown,
         # and each GEMM or cast is a single kernel, steady after a few calls.
-        budget = {"warmup_ms": 10, "rep_ms": 40}
-        bf16_total = float8_total = 0.0
-        for role, dims, layout, fast_accum in timing.GEMMS:
-            rows, inner, columns = dims(M, K, N)
-            bf16 = self._cached(
-                ("mm", rows, inner, columns, layout),
-                functools.partial(timing.bf16_gemm_seconds, rows, inner, columns, layout=layout, **budget),
-            )
-            bf16_total += bf16
-            if recipe == "rowwise_with_gw_hp" and role == "grad_weight":
-                float8_total += bf16
-                continue
-            rowwise = recipe != "tensorwise"
-            float8_total += self._cached(
-                ("scaled_mm", rows, inner, columns, rowwise, fast_accum),
-                functools.partial(
-                    timing.fp8_gemm_seconds,
-                    rows,
-                    inner,
-                    columns,
-                    rowwise=rowwise,
-                    fast_accum=fast_accum,
-                    **budget,
-                ),
-            )
-        cast_total = 0.0
-        torch = _torch()
-        shapes = {"input": (M, K), "weight": (N, K), "grad_output": (M, N)}
-        for tensor_name, dim in timing.RECIPE_CASTS[recipe]:
-
-            def time_cast(tensor_name=tensor_name, dim=dim):
-                from fp8advisor_kernels.quantize import quantize_rowwise, quantize_tensorwise
-
-                tensor = torch.randn(*shapes[tensor_name], dtype=torch.bfloat16, device=self.device)
-                if dim is None:
-                    return timing.do_bench_seconds(lambda: quantize_tensorwise(tensor), **budget)["median"]
-                return timing.do_bench_seconds(lambda: quantize_rowwise(tensor, dim=dim), **budget)["median"]
-
-            cast_total += self._cached(("cast", tensor_name, dim), time_cast)
+        probe = {"device": self.device, "cache": self._probe_cache, "warmup_ms": 10, "rep_ms": 40}
+        bf16_total, float8_total = timing.gemm_times(self.M, self.K, self.N, recipe, **probe)
+        cast_total = timing.cast_times(self.M, self.K, self.N, recipe, **probe)
         return {"gemm_only_speedup": bf16_total / float8_total, "cast_overhead_s": cast_total}
-
-    def _cached(self, key: tuple, compute: Callable[[], float]) -> float:
-        if key not in self._probe_cache:
-            self._probe_cache[key] = compute()
-        return self._probe_cache[key]
 
     def release(self) -> None:
         self.base = self.x = self.grad_output = self._reference = None
@@ -779,6 +758,8 @@ def run_sweep(
         except KeyboardInterrupt:
             summary.interrupted = True
             raise SweepInterrupted(summary) from None
+        except Exception as error:  # noqa: BLE001 - the ceilings are auxiliary: say why, measure the grid
+            header["ceilings"] = {"error": failure_reason(error)}
     writer = results_store.RunWriter.create(out_dir, header)
     summary.path, summary.run_id = writer.path, header["run_id"]
     precompiler = None
@@ -798,7 +779,8 @@ def run_sweep(
             def compiled(point: BenchPoint, reason: str | None) -> None:
                 nonlocal completed
                 completed += 1
-                progress("compile", completed, len(pending), str(point))
+                # A failed warm-up is measured (and recorded) later; show it: a cold compile costs time.
+                progress("compile", completed, len(pending), f"{point}: {reason}" if reason else str(point))
 
             precompiler.run(pending, compiled)
             precompiler.shutdown(wait=True)

@@ -40,10 +40,10 @@ from typing import Any
 
 from torch import nn
 
-from fp8advisor.emit import ConfigFormat
-from fp8advisor.errors import ConfigError
+from fp8advisor.emit import ConfigFormat, parse_format
+from fp8advisor.errors import ConfigError, parse_choice
 from fp8advisor.filters import dims_divisible_by_16, matches_filter
-from fp8advisor.recipes import Recipe
+from fp8advisor.recipes import Recipe, parse_recipe
 
 try:  # Python 3.11+
     import tomllib
@@ -294,8 +294,8 @@ def read_config(
         raise ConfigError(f"no such config file: {path}", hint="check the path given to --config") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"cannot read {path}: {error}") from None
-    chosen = ConfigFormat(framework) if framework is not None else detect_framework(path, text)
-    default_recipe = Recipe(recipe) if recipe is not None else None
+    chosen = parse_format(framework) if framework is not None else detect_framework(path, text)
+    default_recipe = parse_recipe(recipe) if recipe is not None else None
     readers = {
         ConfigFormat.TORCHTITAN_TOML: _read_torchtitan_toml,
         ConfigFormat.TORCHTITAN_PY: _read_torchtitan_py,
@@ -308,13 +308,7 @@ def read_config(
 
 
 def _recipe(name: Any, path: Path, where: str) -> Recipe:
-    try:
-        return Recipe(name)
-    except ValueError:
-        valid = ", ".join(r.value for r in Recipe)
-        raise ConfigError(
-            f"{where}: unknown recipe_name {name!r}", location=str(path), hint=f"use one of: {valid}"
-        ) from None
+    return parse_choice(Recipe, name, "recipe_name", error=ConfigError, location=f"{path} ({where})")
 
 
 def _string_list(value: Any, path: Path, where: str) -> tuple[str, ...]:
@@ -354,6 +348,17 @@ def _substring_or_auto(
     return "substring filter_fqns + nn.Linear with K, N % 16 == 0", lambda model: predicate, ()
 
 
+def _toml_table(data: dict, path: Path, *keys: str) -> dict:
+    """The table at `[a.b.c]` (empty when absent); a ConfigError when a key on the way is not a table."""
+    for depth, key in enumerate(keys, start=1):
+        data = data.get(key, {})
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"[{'.'.join(keys[:depth])}] must be a table, not {type(data).__name__}", location=str(path)
+            )
+    return data
+
+
 def _read_torchtitan_toml(path: Path, text: str, default_recipe: Recipe | None) -> FrameworkConfig:
     try:
         data = tomllib.loads(text)
@@ -361,10 +366,8 @@ def _read_torchtitan_toml(path: Path, text: str, default_recipe: Recipe | None) 
         raise ConfigError(
             f"{path} is not valid TOML: {error}", hint="fix the syntax; tomllib must read it"
         ) from None
-    converters = _string_list(data.get("model", {}).get("converters"), path, "[model] converters")
-    section = data.get("quantize", {}).get("linear", {}).get("float8", {})
-    if not isinstance(section, dict):
-        raise ConfigError(f"{path}: [quantize.linear.float8] must be a table", location=str(path))
+    converters = _string_list(_toml_table(data, path, "model").get("converters"), path, "[model] converters")
+    section = _toml_table(data, path, "quantize", "linear", "float8")
     unknown = sorted(set(section) - TORCHTITAN_FLOAT8_KEYS)
     if unknown:
         raise ConfigError(
@@ -386,7 +389,7 @@ def _read_torchtitan_toml(path: Path, text: str, default_recipe: Recipe | None) 
         else Recipe.TENSORWISE
     )
     entries = _string_list(section.get("filter_fqns"), path, "[quantize.linear.float8] filter_fqns")
-    compile_section = data.get("compile", {})
+    compile_section = _toml_table(data, path, "compile")
     compile_enabled = bool(compile_section.get("enable", False)) and "model" in compile_section.get(
         "components", ["model", "loss"]
     )
@@ -418,7 +421,7 @@ def _read_nemo(path: Path, text: str, default_recipe: Recipe | None) -> Framewor
     data = _load_yaml(path, text)
     if not isinstance(data, dict) or not isinstance(data.get("fp8"), dict):
         raise ConfigError(
-            f"{path} has no `fp8:` section",
+            "no `fp8:` section",
             location=str(path),
             hint="NeMo AutoModel reads float8 settings from a top-level fp8: mapping",
         )
@@ -458,14 +461,14 @@ def _read_filter(path: Path, text: str, default_recipe: Recipe | None) -> Framew
         try:
             data = json.loads(text)
         except json.JSONDecodeError as error:
-            raise ConfigError(f"{path} is not valid JSON: {error}", location=str(path)) from None
+            raise ConfigError(f"not valid JSON: {error}", location=str(path)) from None
     else:
         data = _load_yaml(path, text)
     recipe = default_recipe
     if isinstance(data, dict):
         if "filter_fqns" not in data:
             raise ConfigError(
-                f"{path} holds no filter list",
+                "holds no filter list",
                 location=str(path),
                 hint="a filter file is a list of FQN substrings, or a mapping with filter_fqns",
             )
@@ -521,11 +524,11 @@ def _call_name(node: ast.Call) -> str:
 def _single_call(tree: ast.Module, name: str, path: Path) -> ast.Call:
     calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and _call_name(node) == name]
     if not calls:
-        raise ConfigError(f"{path} has no {name}(...) call", location=str(path))
+        raise ConfigError(f"no {name}(...) call", location=str(path))
     if len(calls) > 1:
         lines = ", ".join(str(call.lineno) for call in calls)
         raise ConfigError(
-            f"{path} has {len(calls)} {name}(...) calls (lines {lines}): which one trains is unclear",
+            f"{len(calls)} {name}(...) calls (lines {lines}): which one trains is unclear",
             location=f"{path}:{calls[0].lineno}",
             hint="keep one float8 setup per config file",
         )

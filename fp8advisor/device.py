@@ -62,7 +62,8 @@ def _nvidia_smi(gpu_id: str) -> dict:
         )
     except (OSError, subprocess.SubprocessError):
         return {}
-    values = [value.strip() for value in completed.stdout.strip().splitlines()[0].split(",")]
+    lines = completed.stdout.strip().splitlines()
+    values = [value.strip() for value in lines[0].split(",")] if lines else []
     if len(values) != len(fields):
         return {}
     parsed = dict(zip(fields, values, strict=True))

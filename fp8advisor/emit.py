@@ -40,7 +40,7 @@ import yaml
 
 from fp8advisor import __version__
 from fp8advisor.advise import DEFAULT_MIN_SPEEDUP, Advice
-from fp8advisor.errors import ConfigError
+from fp8advisor.errors import ConfigError, parse_choice
 from fp8advisor.recipes import Recipe
 
 
@@ -57,21 +57,10 @@ class ConfigFormat(str, Enum):
     def __str__(self) -> str:
         return self.value
 
-    @property
-    def default_suffix(self) -> str:
-        return {
-            ConfigFormat.TORCHTITAN_TOML: ".toml",
-            ConfigFormat.NEMO_AUTOMODEL: ".yaml",
-            ConfigFormat.FILTER: ".yaml",
-        }.get(self, ".py")
-
 
 def parse_format(name: str | ConfigFormat) -> ConfigFormat:
-    try:
-        return ConfigFormat(name)
-    except ValueError:
-        valid = ", ".join(f.value for f in ConfigFormat)
-        raise ConfigError(f"unknown --format {name!r}", hint=f"use one of: {valid}") from None
+    """`ConfigFormat` from its name; a ConfigError listing the valid names otherwise."""
+    return parse_choice(ConfigFormat, name, "--format", error=ConfigError)
 
 
 @dataclass(frozen=True)
@@ -123,7 +112,7 @@ def _shell_word(text: str) -> str:
     return shlex.quote(text)
 
 
-def header_lines(advice: Advice, request: Request, fmt: ConfigFormat, output: str | None = None) -> list[str]:
+def header_lines(advice: Advice, request: Request, fmt: ConfigFormat) -> list[str]:
     """The comment header, without comment markers."""
     profile = advice.profile_name
     if request.profile is not None and request.profile != advice.profile_name:
@@ -166,10 +155,10 @@ def _string_list_lines(entries: tuple[str, ...] | list[str], indent: str) -> str
 
 
 def render(advice: Advice, fmt: ConfigFormat | str, request: Request, *, output: str | None = None) -> str:
-    """The text of the config file in format `fmt` (`output`: the path as typed, for the header and the filter
-    format's YAML/JSON choice)."""
+    """The text of the config file in format `fmt`. `output`: the path as typed; for the filter format a name
+    ending in .json gives the bare JSON list, any other YAML."""
     fmt = parse_format(fmt)
-    header = header_lines(advice, request, fmt, output)
+    header = header_lines(advice, request, fmt)
     if fmt is ConfigFormat.TORCHTITAN_TOML:
         return _torchtitan_toml(advice, header)
     if fmt is ConfigFormat.TORCHTITAN_PY:
@@ -294,7 +283,7 @@ def _accelerate(advice: Advice, header: list[str]) -> str:
         + "from accelerate.utils import AORecipeKwargs\n"
         + "from torchao.float8 import Float8LinearConfig\n"
         + "\n"
-        + f"FLOAT8_LAYERS = {_exact_set_literal(advice.convert_fqns)}\n"
+        + f"FLOAT8_LAYERS = {_exact_set_literal(advice.module_filter_fqns)}\n"
         + "\n"
         + "\n"
         + "def module_filter_func(module, fqn):\n"
@@ -327,7 +316,7 @@ def _torchao(advice: Advice, header: list[str]) -> str:
         + "import torch\n"
         + "from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n"
         + "\n"
-        + f"FLOAT8_LAYERS = {_exact_set_literal(advice.convert_fqns)}\n"
+        + f"FLOAT8_LAYERS = {_exact_set_literal(advice.module_filter_fqns)}\n"
         + "\n"
         + "\n"
         + "def module_filter_fn(module, fqn):\n"

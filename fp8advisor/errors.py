@@ -6,6 +6,11 @@ otherwise); no traceback unless `--debug`. Library callers catch them like any e
 
 from __future__ import annotations
 
+from enum import Enum
+from typing import Any, TypeVar
+
+_Choice = TypeVar("_Choice", bound=Enum)
+
 
 class AdvisorError(Exception):
     """Base class: `message` says what is wrong, `hint` what to do, `location` where ("file.py:12")."""
@@ -45,3 +50,20 @@ class DeviceError(AdvisorError):
 
 class ConfigError(AdvisorError):
     """A training config file cannot be read or does not describe a float8 setup."""
+
+
+def parse_choice(
+    choices: type[_Choice],
+    name: Any,
+    what: str,
+    *,
+    error: type[AdvisorError] = AdvisorError,
+    location: str | None = None,
+) -> _Choice:
+    """The member of the str enum `choices` whose value is `name`; otherwise `error` ("unknown WHAT 'name'")
+    with the valid names as its hint. One rule for every name a user types: recipes, formats, frameworks."""
+    try:
+        return choices(name)
+    except ValueError:
+        valid = ", ".join(str(member.value) for member in choices)
+        raise error(f"unknown {what} {name!r}", hint=f"use one of: {valid}", location=location) from None

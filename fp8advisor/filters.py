@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
+from fp8advisor.errors import parse_choice
 from fp8advisor.layers import GemmLayer
 from fp8advisor.recipes import Recipe
 
@@ -56,13 +57,7 @@ SUBSTRING_FRAMEWORKS: frozenset[Framework] = frozenset(
 
 def parse_framework(name: str | Framework) -> Framework:
     """`Framework` from its name; a clear error listing the valid names otherwise."""
-    from fp8advisor.errors import AdvisorError
-
-    try:
-        return Framework(name)
-    except ValueError:
-        valid = ", ".join(f.value for f in Framework)
-        raise AdvisorError(f"unknown framework {name!r}", hint=f"use one of: {valid}") from None
+    return parse_choice(Framework, name, "framework")
 
 
 def dims_divisible_by_16(K: int, N: int) -> bool:
@@ -114,7 +109,10 @@ def converted_by_framework(
     entries = list(filter_fqns or ())
     converted = set()
     for layer in linear:
-        if matches_filter(layer.fqn, entries) or not dims_divisible_by_16(layer.K, layer.N):
+        # A module shared by two parents is asked about under each name (`GemmLayer.aliases`): it runs in
+        # float8 everywhere only when no name is filtered out.
+        names = (layer.fqn, *layer.aliases)
+        if any(matches_filter(name, entries) for name in names) or not dims_divisible_by_16(layer.K, layer.N):
             continue
         if framework is Framework.TORCHAO_AUTO:
             if recipe is None:
@@ -151,17 +149,21 @@ class Conflict:
 class FilterList:
     """A `filter_fqns` list (layers to keep in bf16) and what it provably does under a substring framework.
 
-    `exact`: the simulated converted set equals the advised set. Otherwise `conflicts` names the layers no
-    substring list can separate, and `demoted` the advised layers the list keeps in bf16 as the safe choice;
-    `converted` is always the simulated result of `entries` (verified, not assumed).
+    `converted` is always the simulated result of `entries` (verified, not assumed). `conflicts` names the
+    layers no substring list can separate, and `demoted` the advised layers the list keeps in bf16 as the
+    safe choice; with none demoted the list is `exact`.
     """
 
     entries: tuple[str, ...]
-    exact: bool
     framework: Framework
     converted: frozenset[str]
     conflicts: tuple[Conflict, ...] = ()
     demoted: frozenset[str] = field(default=frozenset())
+
+    @property
+    def exact(self) -> bool:
+        """The simulated converted set equals the advised set."""
+        return not self.demoted
 
     def to_json(self) -> dict:
         return {
@@ -247,10 +249,13 @@ def shortest_exact_filter(
     # since the demoted layer may itself be a substring of another advised one.
     target = set(advised_set)
     conflicts: list[Conflict] = []
+    # A module shared by two parents is converted under each of its names (`GemmLayer.aliases`): all count.
+    names_of = {layer.fqn: (layer.fqn, *layer.aliases) for layer in linear}
+    names_text = {fqn: "\n".join(names) for fqn, names in names_of.items()}  # no FQN holds a newline
     while True:
         keep_bf16 = eligible - target
         new = sorted(
-            {(bf16, conv) for bf16 in keep_bf16 for conv in target if bf16 in conv},
+            {(bf16, conv) for bf16 in keep_bf16 for conv in target if bf16 in names_text[conv]},
             key=lambda pair: (pair[1], pair[0]),
         )
         if not new:
@@ -260,7 +265,9 @@ def shortest_exact_filter(
             target.discard(conv)
     demoted = advised_set - target
 
-    entries = _greedy_cover(sorted(eligible - target), sorted(target))
+    # An entry must match no name of a layer to convert, its aliases included.
+    convert_names = sorted(name for fqn in target for name in names_of[fqn])
+    entries = _greedy_cover(sorted(eligible - target), convert_names)
     converted = converted_by_framework(linear, entries, framework)
     if converted != target:
         raise FilterSimulationError(
@@ -269,7 +276,6 @@ def shortest_exact_filter(
         )
     return FilterList(
         entries=tuple(entries),
-        exact=not demoted,
         framework=framework,
         converted=frozenset(converted),
         conflicts=tuple(sorted(set(conflicts), key=lambda c: (c.bf16_fqn, c.converted_fqn))),

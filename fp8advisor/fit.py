@@ -209,6 +209,13 @@ def _check_compatible(measurements: Sequence[Measurements], *, force: bool, allo
             f"results of different GPUs: {', '.join(devices)}",
             hint="fit each GPU separately (or --force if they truly are the same GPU type)",
         )
+    kinds = {m.kind for m in measurements}
+    if kinds == {"table", "results"}:
+        # A table names no software versions: merging it with bench results would mix them unseen.
+        raise ResultsError(
+            "a speedup table and bench results: the table's software versions are unknown",
+            hint="fit them separately (or --force to merge them anyway)",
+        )
     software = sorted(
         {json.dumps(dict(m.software), sort_keys=True) for m in measurements if m.kind == "results"}
     )
@@ -248,20 +255,16 @@ def _merge_points(points: Iterable[SpeedupPoint]) -> tuple[SpeedupPoint, ...]:
 
 def leave_one_out(points: Sequence[SpeedupPoint], recipe: Recipe | str, specs: GpuSpecs) -> FitError | None:
     """Predict each point from all the others with the profile's own predictor (None below 2 points)."""
-    from fp8advisor.predict import LogGridModel, extrapolate
+    from fp8advisor.predict import LogGridModel, extrapolate, roofline_ratio
 
     if len(points) < 2:
         return None
-    recipe = Recipe(recipe)
-
-    def roofline_ratio(query: tuple[int, int, int], edge: tuple[int, int, int]) -> float:
-        return roofline_speedup(*query, recipe, specs) / roofline_speedup(*edge, recipe, specs)
-
+    model_ratio = roofline_ratio(Recipe(recipe), specs, fused=INTERPOLATION_MODEL["fused"])
     relative_errors, sign_right = [], 0
     for held_out, point in enumerate(points):
         others = [p for i, p in enumerate(points) if i != held_out]
         model = LogGridModel([p.shape for p in others], [p.speedup for p in others])
-        predicted, _, _ = extrapolate(model, point.shape, roofline_ratio)
+        predicted, _, _ = extrapolate(model, point.shape, model_ratio)
         relative_errors.append(abs(predicted - point.speedup) / point.speedup)
         sign_right += (predicted > 1.0) == (point.speedup > 1.0)
     return FitError(

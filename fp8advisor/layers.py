@@ -364,11 +364,6 @@ def _stop_location(error: BaseException, source_file) -> str | None:
     return None
 
 
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
-
-
 def _run_forward(loaded, inputs, parameters_by_storage: dict, linears: list, debug: bool):
     """One forward under the recorder and Linear hooks.
 
@@ -378,7 +373,7 @@ def _run_forward(loaded, inputs, parameters_by_storage: dict, linears: list, deb
     import torch
 
     from fp8advisor.errors import ModelInputsError, TargetError
-    from fp8advisor.target import redirect_devices
+    from fp8advisor.target import describe_error, redirect_devices
 
     model = loaded.model
     active: list = []
@@ -435,9 +430,9 @@ def _run_forward(loaded, inputs, parameters_by_storage: dict, linears: list, deb
                     "        return (x,)   # forward's positional arguments (or a dict of keyword arguments)"
                 )
             raise error_class(
-                f"the forward failed on {inputs.how}: {_first_line(error)}", location=where, hint=hint
+                f"the forward failed on {inputs.how}: {describe_error(error)}", location=where, hint=hint
             ) from error
-        stopped = (_first_line(error), where)
+        stopped = (describe_error(error), where)
         if debug:
             import traceback
 

@@ -215,6 +215,19 @@ def _check_shape(M: int, K: int, N: int) -> tuple[int, int, int]:
     return shape
 
 
+def roofline_ratio(
+    recipe: Recipe | str, specs: GpuSpecs, *, fused: bool = True
+) -> Callable[[tuple[int, int, int], tuple[int, int, int]], float]:
+    """`extrapolate`'s `model_ratio` for speedups: roofline speedup at the query over the one at the edge."""
+
+    def ratio(query: tuple[int, int, int], edge: tuple[int, int, int]) -> float:
+        return roofline_speedup(*query, recipe, specs, fused=fused) / roofline_speedup(
+            *edge, recipe, specs, fused=fused
+        )
+
+    return ratio
+
+
 def extrapolate(
     model: LogGridModel,
     shape: tuple[int, int, int],
@@ -271,12 +284,9 @@ def predict_speedup(
             speedup, answering.provenance, MODELLED, answering.name, f"roofline model ({specs.family})"
         )
 
-    def roofline_ratio(query: tuple[int, int, int], edge: tuple[int, int, int]) -> float:
-        return roofline_speedup(*query, recipe, specs, fused=fused) / roofline_speedup(
-            *edge, recipe, specs, fused=fused
-        )
-
-    speedup, inside, detail = extrapolate(_speedup_model(body.points), shape, roofline_ratio)
+    speedup, inside, detail = extrapolate(
+        _speedup_model(body.points), shape, roofline_ratio(recipe, specs, fused=fused)
+    )
     return Prediction(
         speedup, answering.provenance, INTERPOLATED if inside else EXTRAPOLATED, answering.name, detail
     )
@@ -326,5 +336,6 @@ __all__ = [
     "predict_speedup",
     "predicted_bf16_time_s",
     "predicted_times_s",
+    "roofline_ratio",
     "roofline_specs_for",
 ]

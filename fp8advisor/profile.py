@@ -441,8 +441,17 @@ def _detect_device_name() -> str | None:
     return None
 
 
-def _newest(profiles: list[Profile]) -> Profile:
-    return max(profiles, key=lambda profile: (profile.created, profile.name))
+#: Which provenance answers first when several profiles describe one GPU type.
+_PROVENANCE_RANK = {"measured": 0, "published": 1, "modelled": 2}
+
+
+def _best(profiles: list[Profile]) -> Profile:
+    """Measured before published before modelled; among equals the newest (`created`, then name)."""
+    best_rank = min(_PROVENANCE_RANK[profile.provenance] for profile in profiles)
+    return max(
+        (profile for profile in profiles if _PROVENANCE_RANK[profile.provenance] == best_rank),
+        key=lambda profile: (profile.created, profile.name),
+    )
 
 
 def select_profile(
@@ -471,15 +480,10 @@ def select_profile(
             if p.family == family and p.provenance in ("measured", "published")
         ]
         if user_profiles:
-            measured = [p for p in user_profiles if p.provenance == "measured"]
-            chosen = _newest(measured or user_profiles)
-            return _pair(chosen, f"your own profile for {gpu_words} in {user_profile_dir()}")
+            return _pair(_best(user_profiles), f"your own profile for {gpu_words} in {user_profile_dir()}")
         shipped = [p for p in _profiles_in(PROFILES_DIR) if p.family == family and p.provenance != "emulated"]
         if shipped:
-            rank = {"measured": 0, "published": 1, "modelled": 2}
-            best_rank = min(rank[p.provenance] for p in shipped)
-            chosen = _newest([p for p in shipped if rank[p.provenance] == best_rank])
-            return _pair(chosen, f"the shipped profile for {gpu_words}")
+            return _pair(_best(shipped), f"the shipped profile for {gpu_words}")
 
     shipped_default = [
         p
@@ -492,7 +496,7 @@ def select_profile(
             hint="reinstall fp8advisor, or pass --profile PATH",
         )
     why = f"no profile for {device_name}" if device_name else "no GPU found"
-    return _pair(_newest(shipped_default), f"{why}: the shipped {DEFAULT_FAMILY} profile")
+    return _pair(_best(shipped_default), f"{why}: the shipped {DEFAULT_FAMILY} profile")
 
 
 __all__ = [

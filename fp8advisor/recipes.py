@@ -24,10 +24,6 @@ ALL_RECIPES: tuple[Recipe, ...] = tuple(Recipe)
 
 def parse_recipe(name: str) -> Recipe:
     """`Recipe` from its name; a clear error listing the valid names otherwise."""
-    from fp8advisor.errors import AdvisorError
+    from fp8advisor.errors import parse_choice
 
-    try:
-        return Recipe(name)
-    except ValueError:
-        valid = ", ".join(r.value for r in Recipe)
-        raise AdvisorError(f"unknown recipe {name!r}", hint=f"use one of: {valid}") from None
+    return parse_choice(Recipe, name, "recipe")

@@ -59,10 +59,6 @@ class TargetSpec:
     name: str | None = None  # factory, class or instance in the file; None = resolve by convention
     kwargs: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def display_path(self) -> str:
-        return str(self.path)
-
 
 def parse_target(text: str) -> TargetSpec:
     """Split `model.py:factory(n_layers=4)` into its parts; literal keyword arguments only, never run."""
@@ -401,7 +397,8 @@ def user_location(path: Path | None, tb: TracebackType | None) -> str | None:
     return found
 
 
-def _describe(error: BaseException) -> str:
+def describe_error(error: BaseException) -> str:
+    """`TypeName: first line of the message` (just the type name when the message is empty)."""
     text = str(error).strip().splitlines()
     first = text[0] if text else ""
     return f"{type(error).__name__}: {first}" if first else type(error).__name__
@@ -436,7 +433,7 @@ def _import_file(spec: TargetSpec) -> ModuleType:
             else "fix the model file; run it with python to see the full error"
         )
         raise TargetError(
-            f"importing {spec.path.name} failed: {_describe(error)}",
+            f"importing {spec.path.name} failed: {describe_error(error)}",
             location=_location(spec.path, error.__traceback__),
             hint=hint,
         ) from error
@@ -596,7 +593,7 @@ def _call_user(factory: Callable, kwargs: dict[str, Any], spec: TargetSpec, buil
         return factory(**kwargs)
     except Exception as error:
         raise TargetError(
-            f"building the model failed in {built_by}: {_describe(error)}",
+            f"building the model failed in {built_by}: {describe_error(error)}",
             location=_location(spec.path, error.__traceback__),
             hint="fix the model code; run with --debug for the full traceback",
         ) from error
@@ -618,7 +615,7 @@ def _load_hf(spec: TargetSpec, device: torch.device, overrides: dict[str, Any]) 
         config = transformers.AutoConfig.from_pretrained(str(spec.path), local_files_only=True, **overrides)
     except Exception as error:
         raise TargetError(
-            f"transformers cannot read {spec.path}: {_describe(error)}",
+            f"transformers cannot read {spec.path}: {describe_error(error)}",
             hint="check that config.json names a model_type this transformers version knows",
         ) from error
     with redirect_devices(device, skip_init=True):
@@ -635,12 +632,12 @@ def _load_hf(spec: TargetSpec, device: torch.device, overrides: dict[str, Any]) 
                 errors.append(error)
             except Exception as error:
                 raise TargetError(
-                    f"transformers failed to build {spec.path}: {_describe(error)}",
+                    f"transformers failed to build {spec.path}: {describe_error(error)}",
                     hint="check the config; run with --debug for the full traceback",
                 ) from error
         else:
             raise TargetError(
-                f"transformers has no model class for {spec.path}: {_describe(errors[-1])}",
+                f"transformers has no model class for {spec.path}: {describe_error(errors[-1])}",
                 hint="check model_type in config.json, or upgrade transformers",
             )
     return LoadedModel(model, spec, device, {}, None, built_by)
@@ -701,7 +698,7 @@ def make_example_inputs(
                 value = user_fn(batch, seq)
             except Exception as error:
                 raise ModelInputsError(
-                    f"{EXAMPLE_INPUTS_NAME}({batch}, {seq}) failed: {_describe(error)}",
+                    f"{EXAMPLE_INPUTS_NAME}({batch}, {seq}) failed: {describe_error(error)}",
                     location=_location(where, error.__traceback__),
                     hint=f"{EXAMPLE_INPUTS_NAME}(batch, seq) must return a tensor, a tuple or a dict",
                 ) from error

@@ -56,9 +56,10 @@ import torch
 from torch import nn
 
 from fp8advisor.configs import AUTO_FILTER_FLAG, FrameworkConfig, read_config
+from fp8advisor.device import MIN_FP8_CAPABILITY
 from fp8advisor.errors import AdvisorError, TargetError
 from fp8advisor.layers import LayerStatus, ModelLayers, block_shape
-from fp8advisor.recipes import Recipe
+from fp8advisor.recipes import Recipe, parse_recipe
 
 #: A layer whose float8 output or input-gradient SQNR is below this is flagged (see the module docstring).
 SQNR_THRESHOLD_DB = 15.0
@@ -526,7 +527,8 @@ class _Capture:
         self._handles = []
         modules = dict(model.named_modules())
         for fqn in fqns:
-            self._handles.append(modules[fqn].register_forward_hook(self._hook(fqn)))
+            if fqn in modules:  # not an alias: the bf16 model holds a shared module under its first name only
+                self._handles.append(modules[fqn].register_forward_hook(self._hook(fqn)))
 
     def _hook(self, fqn: str) -> Callable:
         def hook(module, args, output):
@@ -594,7 +596,7 @@ def layer_sqnr(
 def _execution_device() -> tuple[torch.device, str, bool]:
     if torch.cuda.is_available():
         capability = torch.cuda.get_device_capability(0)
-        if capability >= (8, 9):
+        if capability >= MIN_FP8_CAPABILITY:
             return torch.device("cuda"), torch.cuda.get_device_name(0), False
         name = torch.cuda.get_device_name(0)
         return torch.device("cpu"), f"cpu (torchao emulated float8; {name} has no FP8 tensor cores)", True
@@ -631,10 +633,10 @@ def verify(
     """
     from fp8advisor.advise import AUTO, DEFAULT_MIN_SPEEDUP, advise
     from fp8advisor.layers import inspect_loaded
-    from fp8advisor.target import load_model
+    from fp8advisor.target import describe_error, load_model
 
     min_speedup = DEFAULT_MIN_SPEEDUP if min_speedup is None else min_speedup
-    requested_recipe = Recipe(recipe) if recipe not in (None, AUTO) else None
+    requested_recipe = parse_recipe(str(recipe)) if recipe not in (None, AUTO) else None
     config = read_config(config_path, recipe=requested_recipe)
     notes: list[str] = list(config.notes)
     differences: list[Difference] = []
@@ -699,10 +701,9 @@ def verify(
         except AdvisorError:
             raise
         except Exception as error:  # the user's code on real tensors: fall back, and say why
-            first_line = (str(error).splitlines() or [""])[0][:200]
             notes.append(
-                f"running the model for real failed ({type(error).__name__}: {first_line}); its shadow was "
-                "run instead"
+                f"running the model for real failed ({describe_error(error)[:200]}); its shadow was run "
+                "instead"
             )
     if ran is None:
         plan = [
@@ -712,8 +713,10 @@ def verify(
         bf16_model = _Shadow(shapes_model, plan, torch.bfloat16, device)
         float8_model = copy.deepcopy(bf16_model)
         shadow_converted = convert(float8_model, config, run_recipe, emulate=emulate, decide_on=shapes_model)
-        if shadow_converted != converted:  # pragma: no cover - the replayed filter must give the same set
-            raise AssertionError(f"shadow conversion differs: {sorted(shadow_converted ^ converted)}")
+        # The shadow holds each module once, under its first name: aliases are checked on `converted` alone.
+        expected = {fqn for fqn in converted if fqn in dict(bf16_model.named_modules())}
+        if shadow_converted != expected:  # pragma: no cover - the replayed filter must give the same set
+            raise AssertionError(f"shadow conversion differs: {sorted(shadow_converted ^ expected)}")
         args, kwargs = (bf16_model.example_inputs(run_tokens, seed),), {}
         ran = _forward_backward(bf16_model, float8_model, args, kwargs, converted, seed)
         execution_mode = "shadow"
@@ -783,6 +786,17 @@ def verify(
                     f"float8 GEMMs forward {traced.forward_float8}, backward {traced.backward_float8}",
                 )
             )
+        # A module registered under several names is swapped per name: the calls through a name left
+        # unconverted run in bf16 (a same-parent alias, or a shared module the filter names only once).
+        left_bf16 = [alias for alias in layer.aliases if alias not in converted]
+        if is_converted and left_bf16:
+            problems.append(
+                (
+                    DifferenceKind.NO_FLOAT8,
+                    f"the same module is also registered as {', '.join(left_bf16)}, which the config leaves "
+                    "in bf16: the calls through that name run in bf16",
+                )
+            )
         if is_converted and not advised and not never_called:
             reason = layer_advice.reason if layer_advice else "not advised"
             problems.append((DifferenceKind.AGAINST_ADVICE, f"advice: {reason}"))
@@ -823,8 +837,8 @@ def verify(
     for entry in _unused_entries(
         config, [fqn for layer in linear_layers for fqn in (layer.fqn, *layer.aliases)]
     ):
-        differences.insert(
-            0, Difference(DifferenceKind.UNUSED_ENTRY, entry, "a substring of no nn.Linear FQN of this model")
+        differences.append(
+            Difference(DifferenceKind.UNUSED_ENTRY, entry, "a substring of no nn.Linear FQN of this model")
         )
     return VerifyReport(
         target=target,

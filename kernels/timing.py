@@ -15,6 +15,7 @@ quantiles). All of this needs a CUDA GPU; FP8 GEMMs need compute capability 8.9 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -121,19 +122,52 @@ GEMMS = (
 )
 
 
-def gemm_times(M: int, K: int, N: int, recipe: str, *, device: str = "cuda") -> tuple[float, float]:
-    """(bf16 seconds, float8 seconds) of the three GEMMs of a Linear's forward + backward under `recipe`."""
+def _once(cache: dict | None, key: tuple, measure: Callable[[], float]) -> float:
+    """`measure()`, remembered in `cache` under `key` (no memory when `cache` is None): the recipes of one
+    shape share most of their GEMMs and casts, and each is timed once."""
+    if cache is None:
+        return measure()
+    if key not in cache:
+        cache[key] = measure()
+    return cache[key]
+
+
+def gemm_times(
+    M: int, K: int, N: int, recipe: str, *, device: str = "cuda", cache: dict | None = None, **budget: int
+) -> tuple[float, float]:
+    """(bf16 seconds, float8 seconds) of the three GEMMs of a Linear's forward + backward under `recipe`.
+
+    `cache`: a dict shared across calls to time each distinct GEMM once; `budget`: do_bench's warmup_ms /
+    rep_ms."""
     bf16_total = float8_total = 0.0
     for role, dims, layout, fast_accum in GEMMS:
         rows, inner, columns = dims(M, K, N)
-        bf16 = bf16_gemm_seconds(rows, inner, columns, layout=layout, device=device)
+        bf16 = _once(
+            cache,
+            ("mm", rows, inner, columns, layout),
+            functools.partial(
+                bf16_gemm_seconds, rows, inner, columns, layout=layout, device=device, **budget
+            ),
+        )
         bf16_total += bf16
         if recipe == "rowwise_with_gw_hp" and role == "grad_weight":
             float8_total += bf16  # this recipe keeps the grad_weight GEMM in bf16
-        else:
-            float8_total += fp8_gemm_seconds(
-                rows, inner, columns, rowwise=recipe != "tensorwise", fast_accum=fast_accum, device=device
-            )
+            continue
+        rowwise = recipe != "tensorwise"
+        float8_total += _once(
+            cache,
+            ("scaled_mm", rows, inner, columns, rowwise, fast_accum),
+            functools.partial(
+                fp8_gemm_seconds,
+                rows,
+                inner,
+                columns,
+                rowwise=rowwise,
+                fast_accum=fast_accum,
+                device=device,
+                **budget,
+            ),
+        )
     return bf16_total, float8_total
 
 
@@ -153,22 +187,24 @@ RECIPE_CASTS: dict[str, tuple[tuple[str, int | None], ...]] = {
 }
 
 
-def cast_times(M: int, K: int, N: int, recipe: str, *, device: str = "cuda") -> float:
-    """Seconds the recipe's dynamic-quantization kernels take for one forward + backward, unfused."""
+def cast_times(
+    M: int, K: int, N: int, recipe: str, *, device: str = "cuda", cache: dict | None = None, **budget: int
+) -> float:
+    """Seconds the recipe's dynamic-quantization kernels take for one forward + backward, unfused.
+
+    `cache` and `budget` as for `gemm_times`."""
     shapes = {"input": (M, K), "weight": (N, K), "grad_output": (M, N)}
-    tensors = {
-        name: torch.randn(*shape, dtype=torch.bfloat16, device=device) for name, shape in shapes.items()
-    }
-    total = 0.0
-    for name, dim in RECIPE_CASTS[recipe]:
-        tensor = tensors[name]
+
+    def cast_seconds(name: str, dim: int | None) -> float:
+        tensor = torch.randn(*shapes[name], dtype=torch.bfloat16, device=device)
         if dim is None:
-            total += do_bench_seconds(lambda tensor=tensor: quantize_tensorwise(tensor))["median"]
-        else:
-            total += do_bench_seconds(lambda tensor=tensor, dim=dim: quantize_rowwise(tensor, dim=dim))[
-                "median"
-            ]
-    return total
+            return do_bench_seconds(lambda: quantize_tensorwise(tensor), **budget)["median"]
+        return do_bench_seconds(lambda: quantize_rowwise(tensor, dim=dim), **budget)["median"]
+
+    return sum(
+        _once(cache, ("cast", shapes[name], dim), functools.partial(cast_seconds, name, dim))
+        for name, dim in RECIPE_CASTS[recipe]
+    )
 
 
 __all__ = [

@@ -114,20 +114,23 @@ def event(key, cpu_us, device_us):
 
 
 def test_kernel_time_keeps_top_level_gpu_ops_and_drops_benchmark_overhead():
+    # torchao 0.18's filter (benchmarks/float8/utils.py::profiler_output_to_filtered_time_by_kernel_name).
     events = [
         event("aten::mm", 10.0, 300.0),  # a GEMM: kept
         event("triton_red_fused_native_layer_norm_0", 5.0, 100.0),  # an inductor kernel: kept
+        event("aten::copy_", 3.0, 7.0),  # module work: kept (torchao stopped dropping copy_/fill_ in 2025)
+        event("aten::fill_", 3.0, 2.0),  # kept likewise
         event("aten::add_", 3.0, 50.0),  # gradient accumulation: dropped
         event("aten::sum", 3.0, 7.0),  # dropped
-        event("aten::fill_", 3.0, 7.0),  # dropped
-        event("aten::copy_", 3.0, 7.0),  # dropped
         event("cudaDeviceSynchronize", 3.0, 7.0),  # dropped
+        event("Activity Buffer Request", 3.0, 11.0),  # the profiler's own row: dropped
+        event("Unrecognized", 3.0, 13.0),  # dropped, as torchao does
         event("CompiledFunction", 40.0, 0.0),  # no GPU time of its own: not a kernel
         event(
             "void cutlass_gemm<...>", 0.0, 300.0
         ),  # the kernel row itself: no CPU time, counted via aten::mm
     ]
-    assert bench.kernel_time_from_profile(events, iterations=5) == pytest.approx(400e-6 / 5)
+    assert bench.kernel_time_from_profile(events, iterations=5) == pytest.approx(409e-6 / 5)
 
 
 @pytest.mark.parametrize(
@@ -343,6 +346,8 @@ def test_require_fp8_gpu_without_a_gpu_is_a_device_error_pointing_to_emulate():
         ("550.54.15, 1980, 2619, 1980, 2619\n", {"driver": "550.54.15", "sm": 1980, "sm_max": 1980}),
         # clocks it cannot read
         ("550.54.15, [N/A], [N/A], [N/A], [N/A]\n", {"driver": "550.54.15", "clocks_mhz": None}),
+        # nothing printed: nothing known, no crash
+        ("", {"driver": None, "clocks_mhz": None}),
     ],
 )
 def test_nvidia_smi_parsing(monkeypatch, stdout, expected):
@@ -351,9 +356,9 @@ def test_nvidia_smi_parsing(monkeypatch, stdout, expected):
     monkeypatch.setattr(device.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
     monkeypatch.setattr(device.subprocess, "run", lambda *args, **kwargs: SimpleNamespace(stdout=stdout))
     parsed = device._nvidia_smi("GPU-0")
-    assert parsed["driver"] == expected["driver"]
+    assert parsed.get("driver") == expected["driver"]
     if "clocks_mhz" in expected:
-        assert parsed["clocks_mhz"] is None
+        assert parsed.get("clocks_mhz") is None
     else:
         assert (
             parsed["clocks_mhz"]["sm"] == expected["sm"]

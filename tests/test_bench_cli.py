@@ -36,6 +36,7 @@ POINT_KEYS = {
     "sqnr_db",
     "gemm_only_speedup",
     "cast_overhead_s",
+    "breakdown_error",
     "measured_at",
     "emulated",
 }
@@ -163,10 +164,12 @@ def test_gpu_sweep_of_one_shape_records_kernel_time_memory_and_breakdown(tmp_pat
     [path] = list(tmp_path.glob("run-*.jsonl"))
     header, *points = [json.loads(line) for line in path.read_text().splitlines()]
     assert header["device"]["emulated"] is False and header["device"]["sm_count"] > 0
+    assert "error" not in header["ceilings"], header["ceilings"]
     assert header["ceilings"]["bf16_flops"] > 0
     assert len(points) == 4 and all(point["status"] == "ok" for point in points)
     for point in points:
         assert point["kernel_time_s"] > 0 and point["peak_memory_bytes"] > 0
     for point in points[1:]:
+        assert point["breakdown_error"] is None, point["breakdown_error"]
         assert point["gemm_only_speedup"] > 0 and point["cast_overhead_s"] > 0
         assert point["sqnr_db"]["output"] > 20

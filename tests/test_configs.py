@@ -104,6 +104,9 @@ def test_torchtitan_toml_auto_filter_uses_torchaos_rule(tmp_path):
         ),
         (TOML_ROWWISE.replace('"rowwise"', '"columnwise"'), "unknown recipe_name 'columnwise'"),
         ("[model\nconverters = 1", "not valid TOML"),
+        ("model = 3\n", r"\[model\] must be a table, not int"),  # a value where torchtitan wants a table
+        ('[quantize]\nlinear = "float8"\n', r"\[quantize.linear\] must be a table, not str"),
+        ("compile = true\n", r"\[compile\] must be a table, not bool"),
     ],
 )
 def test_torchtitan_toml_rejections(tmp_path, text, message):

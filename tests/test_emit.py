@@ -285,7 +285,9 @@ def test_example_models_every_format_converts_the_advice(tmp_path, inspected, na
     request = Request(f"data/models/{name}", 1, 256, recipe="rowwise")
     advised = set(advice.convert_fqns)
     substring_result = set(advice.filter_list.converted)
-    assert substring_result == advised or not advice.filter_list.exact
+    # exact, or (a prefix conflict) the advice less the layers kept in bf16 as the safe choice, and said so
+    assert substring_result == advised - advice.filter_list.demoted
+    assert advice.filter_list.exact == (substring_result == advised)
     parsed = {
         "torchtitan-toml": lambda t: tomllib.loads(t)["quantize"]["linear"]["float8"]["filter_fqns"],
         "nemo-automodel": lambda t: yaml.safe_load(t)["fp8"]["filter_fqns"],
@@ -300,3 +302,18 @@ def test_example_models_every_format_converts_the_advice(tmp_path, inspected, na
             )
     for fmt, filter_name in (("accelerate", "module_filter_func"), ("torchao", "module_filter_fn")):
         assert _run_filter(render(advice, fmt, request), filter_name, model.linear_fqns()) == advised
+
+
+def test_exact_filters_name_a_shared_module_under_each_of_its_names():
+    """torchao swaps a module once per parent that holds it: FLOAT8_LAYERS must name it under both."""
+    from _advice_helpers import layer
+
+    from fp8advisor.layers import ModelLayers
+
+    shared = replace(layer("blocks.0.shared", 8192, 8192), aliases=("blocks.1.shared",))
+    model = ModelLayers("shared.py", 1, 8192, (shared, layer("blocks.0.own", 256, 256)))
+    advice = _advice(model)
+    assert advice.convert_fqns == ("blocks.0.shared",)
+    for fmt in ("torchao", "accelerate"):
+        text = render(advice, fmt, Request("shared.py", 1, 8192))
+        assert _exact_set(text) == {"blocks.0.shared", "blocks.1.shared"}, fmt

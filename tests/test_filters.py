@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,15 @@ def test_random_models_exact_whenever_possible():
         if possible:
             assert converted == advised
             assert len(result.entries) <= len(set(eligible) - advised)
+
+
+def test_a_module_shared_by_two_blocks_is_converted_under_both_names():
+    # One Linear registered in two blocks: torchtitan asks about it under each name and swaps it per name, so
+    # no entry may match either. "blocks.1." would cover both bf16 layers of block 1 and miss its alias.
+    shared = replace(layer("blocks.0.shared", 4096, 4096), aliases=("blocks.1.shared",))
+    layers = [shared, layer("blocks.0.own", 4096, 4096), layer("blocks.1.own", 4096, 4096)]
+    layers.append(layer("blocks.1.out", 4096, 4096))
+    result = shortest_exact_filter(layers, {"blocks.0.shared", "blocks.0.own"})
+    assert result.exact and set(result.converted) == {"blocks.0.shared", "blocks.0.own"}
+    assert not any(entry in "blocks.1.shared" for entry in result.entries), result.entries
+    assert converted_by_framework(layers, ["blocks.1."], Framework.TORCHTITAN) == {"blocks.0.own"}

@@ -147,6 +147,7 @@ def test_a_results_directory_is_read_like_its_files(tmp_path):
         ([H100_A, H100_B], "different software versions"),
         ([EMULATED], "emulated"),
         ([H100_A, EMULATED], "emulated"),
+        ([H100_A, TABLE], "table and bench results"),  # the table's software versions are unknown
     ],
 )
 def test_refusals(paths, message):
@@ -158,6 +159,12 @@ def test_refusals(paths, message):
 def test_force_mixes_software_versions():
     profile = fit_profile([H100_A, H100_B], force=True, created="2026-11-22").profile
     assert len(profile.recipe("rowwise").points) == 27  # the same shapes, merged by median
+
+
+def test_force_does_not_admit_emulated_results():
+    # --force mixes GPUs or software versions; it never turns CPU emulation into a GPU profile.
+    with pytest.raises(ResultsError, match="emulated"):
+        fit_profile([H100_A, EMULATED], force=True)
 
 
 def test_emulated_allowed_only_as_an_emulated_profile():

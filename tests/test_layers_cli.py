@@ -50,6 +50,22 @@ def test_json_lists_every_layer(run):
     )
 
 
+def test_status_and_footnote_marks_stay_whole_at_80_columns():
+    # The ViT has a long class name (NonDynamicallyQuantizableLinear) and long FQNs: the name columns fold,
+    # the status column with its footnote marks must not be cropped at the right edge.
+    result = CliRunner().invoke(
+        app, ["layers", str(MODELS_DIR / "vit.py"), "--seq", "64"], env={"COLUMNS": "80"}
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    footnotes = [line.split("]")[0] + "]" for line in lines if line[:1] == "[" and line[1:2].isdigit()]
+    assert footnotes, result.stdout
+    table = "\n".join(line for line in lines if not line.startswith("["))
+    for mark in footnotes:
+        assert mark in table, f"{mark} cropped from the table:\n{result.stdout}"
+    assert max(len(line) for line in lines) <= 80
+
+
 def test_table_groups_repeated_blocks(run):
     result = run("layers", f"{LLAMA}:build_model(n_layers=4)", "--seq", "64")
     assert result.exit_code == 0, result.output

@@ -270,3 +270,23 @@ def test_choice_answers_uncovered_recipes_from_the_fallback():
     assert choice.profile_for("rowwise").name == "h100-published-rowwise-2025-06"
     assert choice.profile_for("tensorwise").name == "h100-roofline"
     assert choice.covers("rowwise_with_gw_hp") and not choice.primary.covers("rowwise_with_gw_hp")
+
+
+@pytest.mark.parametrize("device_name", [None, "NVIDIA H100 80GB HBM3"])
+def test_a_shipped_measured_profile_beats_the_published_one_of_the_same_date(
+    device_name, tmp_path, monkeypatch
+):
+    # Issue 5: the measured H100 profile becomes the default for an H100 and for a machine without a GPU,
+    # even when it was made the same day as the published one (whose name sorts after it).
+    import shutil
+
+    import fp8advisor.profile as profile_module
+
+    shipped = tmp_path / "shipped"
+    shutil.copytree(PROFILES_DIR, shipped)
+    published = load_profile("h100-published-rowwise-2025-06")
+    measured = measured_profile("h100-measured-rowwise-2026-11-22", created=published.created)
+    save_profile(measured, shipped / f"{measured.name}.json")
+    monkeypatch.setattr(profile_module, "PROFILES_DIR", shipped)
+    choice = select_profile(device_name=device_name, detect_device=False)
+    assert choice.name == "h100-measured-rowwise-2026-11-22" and choice.fallback.name == "h100-roofline"

@@ -239,3 +239,61 @@ def test_gpu_runs_real_float8_gemms(tiny, tmp_path):
     assert report.passed, [d.describe() for d in report.differences]
     up = next(layer for layer in report.layers if layer.fqn == "blocks.0.up")
     assert up.float8_gemms == 3 and up.sqnr_output_db > SQNR_THRESHOLD_DB + 10
+
+
+SHARED_MODEL = """
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self, shared):
+        super().__init__()
+        self.shared = shared
+
+    def forward(self, x):
+        return x + self.shared(x)
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(100, 256)
+        shared = nn.Linear(256, 256, bias=False)
+        self.blocks = nn.ModuleList([Block(shared), Block(shared)])
+
+    def forward(self, tokens):
+        h = self.embed(tokens)
+        for block in self.blocks:
+            h = block(h)
+        return h
+"""
+
+
+@pytest.mark.parametrize(
+    ("names", "passes"),
+    [
+        ({"blocks.0.shared"}, False),  # torchao swaps per parent: the calls through blocks.1 stay bf16
+        ({"blocks.0.shared", "blocks.1.shared"}, True),  # what suggest writes: every name of the module
+    ],
+)
+def test_module_shared_by_two_blocks_must_be_converted_under_both_names(tmp_path, names, passes):
+    model = tmp_path / "shared.py"
+    model.write_text(SHARED_MODEL)
+    config = tmp_path / "convert.py"
+    config.write_text(
+        "from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n"
+        f"FLOAT8_LAYERS = {sorted(names)!r}\n"
+        "def module_filter_fn(module, fqn):\n"
+        "    return fqn in FLOAT8_LAYERS\n"
+        'convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name("rowwise"), '
+        "module_filter_fn=module_filter_fn)\n"
+    )
+    report = run(f"{model}:Net", config)
+    assert report.advised == ("blocks.0.shared",)
+    if passes:
+        assert report.passed, [d.describe() for d in report.differences]
+    else:
+        assert [(d.kind, d.subject) for d in report.differences] == [
+            (DifferenceKind.NO_FLOAT8, "blocks.0.shared")
+        ]
+        assert "blocks.1.shared" in report.differences[0].detail

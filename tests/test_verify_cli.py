@@ -54,6 +54,24 @@ def test_correct_config_exits_0(tiny, tmp_path):
     assert "cpu (torchao emulated float8)" in result.output
 
 
+def test_check_column_survives_long_names_at_80_columns(tmp_path):
+    # Long FQNs fold on a narrow terminal; the config and check columns stay on screen.
+    from _verify_helpers import TINY_MODEL
+
+    model = tmp_path / "long.py"
+    model.write_text(TINY_MODEL.replace("blocks", "transformer_decoder_blocks_with_a_long_name"))
+    result = runner.invoke(
+        app,
+        ["verify", str(model), "--config", config(tmp_path, ["gate", "spare"]), "--seq", "256"],
+        env={"COLUMNS": "80"},
+    )
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.output.splitlines() if line.strip().startswith("layers"))
+    assert header.split()[-1] == "check" and " config " in header, header
+    rows = [line for line in result.output.splitlines() if line.rstrip().endswith(" ok")]
+    assert len(rows) == 5 and max(len(line) for line in [header, *rows]) <= 80, result.output
+
+
 def test_unused_entry_and_extra_layer_exit_1_and_are_named(tiny, tmp_path):
     result = invoke(tiny, "--config", config(tmp_path, ["spare", "output"]), "--seq", "256")
     assert result.exit_code == 1, result.output

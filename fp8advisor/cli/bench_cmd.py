@@ -110,6 +110,17 @@ def _print_summary(summary, emulate: bool) -> None:
         )
     if len(failed) > 10:
         console.print(f"  ... and {len(failed) - 10} more (see the results file)")
+    # The auxiliary probes fail without failing a point: say so, or the nulls would pass unnoticed.
+    ceilings = (summary.runs[-1].header.get("ceilings") or {}) if summary.runs else {}
+    if "error" in ceilings:
+        console.print(f"[yellow]device ceilings not measured[/]: {ceilings['error']}", soft_wrap=True)
+    no_breakdown = [record for record in records if record.get("breakdown_error")]
+    if no_breakdown:
+        console.print(
+            f"[yellow]no GEMM/cast breakdown[/] for {len(no_breakdown)} point(s) (their times stand): "
+            f"{no_breakdown[0]['breakdown_error']}",
+            soft_wrap=True,
+        )
     if emulate:
         console.print(
             "[bold yellow]EMULATED[/]: CPU wall-clock times of torchao's emulated float8, not GPU "

@@ -99,10 +99,10 @@ def render_table(inspected: ModelLayers, *, group: bool = True) -> tuple[Table, 
                 footnotes.append(note)
             row_marks.append(f"[{footnotes.index(note) + 1}]")
         marks.append("".join(row_marks))
-    # Only the name columns fold on a narrow terminal, FQNs last: numbers and status never do.
-    widest = max((len(name) for name, _, _ in rows), default=6)
-    table.add_column("layer (FQN)", overflow="fold", min_width=min(widest, 24))
-    table.add_column("class", overflow="fold", min_width=6, max_width=16)
+    # Only the name columns fold on a narrow terminal: numbers and status never do. No min_width here: Rich
+    # applies it after shrinking, and the overflow then crops the status column and its footnote marks.
+    table.add_column("layer (FQN)", overflow="fold", ratio=1)
+    table.add_column("class", overflow="fold", max_width=12)
     for header in ("K", "N", "M", "calls"):
         table.add_column(header, justify="right", no_wrap=True)
     table.add_column("status", no_wrap=True)  # with the footnote it points to: "not convertible [1]"

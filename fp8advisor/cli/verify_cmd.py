@@ -119,8 +119,9 @@ def _print_report(report) -> None:
     table = Table(
         title="Layers (repeated blocks folded)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
     )
-    # FQNs never break (people search for them), as in suggest's table; the check column folds instead.
-    table.add_column("layers", no_wrap=True, min_width=min(max((len(r[0]) for r in rows), default=6), 40))
+    # FQNs stay whole while the table fits (people search for them). On a terminal too narrow for them they
+    # fold: a no_wrap or min_width name column would push the check column off the right edge instead.
+    table.add_column("layers", overflow="fold")
     table.add_column("n", justify="right", no_wrap=True)
     table.add_column("K x N", justify="right", no_wrap=True)
     table.add_column("config", no_wrap=True)  # "(advice)" beside it, in red, where the two differ
