@@ -1,6 +1,6 @@
 """The results store: one JSON Lines file per run, written so that a kill loses at most the point in flight.
 
-Layout (see the project's shared schema, `fp8advisor.results/1`): `<out>/run-<UTC timestamp>-<run id>.jsonl`.
+Layout (schema `fp8advisor.results/1`, docs/formats.md): `<out>/run-<UTC timestamp>-<run id>.jsonl`.
 Line 1 is the run header (device, software, method, grid); every later line is one measured point. Each line
 is written with a single `write` of the whole line, then flushed and fsync'ed, so a crash can at worst leave a
 torn last line, which `read_run` ignores.
