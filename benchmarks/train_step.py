@@ -430,10 +430,11 @@ def time_steps(step: Callable, warmup: int, steps: int, device: str) -> tuple[li
 
 
 def _quantiles(times: Sequence[float]) -> dict:
-    import numpy as np
+    """Median and 20th/80th percentiles, as `fp8advisor bench` reports its wall times."""
+    from fp8advisor.bench import quantiles_s
 
-    p20, median, p80 = np.quantile(np.asarray(times), [0.2, 0.5, 0.8])
-    return {"median_s": float(median), "p20_s": float(p20), "p80_s": float(p80)}
+    quantiles = quantiles_s(times)
+    return {f"{name}_s": quantiles[name] for name in ("median", "p20", "p80")}
 
 
 def _compiled_graphs() -> int | None:
