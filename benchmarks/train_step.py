@@ -431,7 +431,7 @@ def time_steps(step: Callable, warmup: int, steps: int, device: str) -> tuple[li
 
 def _quantiles(times: Sequence[float]) -> dict:
     """Median and 20th/80th percentiles, as `fp8advisor bench` reports its wall times."""
-    from fp8advisor.bench import quantiles_s
+    from fp8advisor.timers import quantiles_s
 
     quantiles = quantiles_s(times)
     return {f"{name}_s": quantiles[name] for name in ("median", "p20", "p80")}

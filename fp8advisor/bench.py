@@ -5,41 +5,38 @@ What is measured (the method torchao publishes, `benchmarks/float8/float8_roofli
 --enable_fusion_modeling`): `LayerNorm(K, elementwise_affine=False) -> Linear(K, N, bias=False) -> Sigmoid` in
 bf16, forward then backward with a random grad_output, for bf16 and for each float8 recipe converted with
 `convert_to_float8_training(copy, config=Float8LinearConfig.from_recipe_name(recipe))`, all under
-`torch.compile` (default mode, after `torch._dynamo.reset()`). Per point:
+`torch.compile` (default mode, after `torch._dynamo.reset()`). Per point, in this order (`ShapeBench.measure`,
+on the timers of `fp8advisor.timers`):
 
-- a correctness check first: SQNR of the float8 output and input gradient against the bf16 module (eager);
-- GPU kernel time with `torch.profiler`: 2 warm-up + 5 profiled iterations, the self GPU time of the CPU ops
-  that launched kernels summed, the benchmark's own overhead (gradient accumulation `aten::add_`, `aten::sum`,
-  device syncs, the profiler's own "Activity Buffer Request" and "Unrecognized" rows) dropped, exactly as
-  torchao 0.18's `profiler_output_to_filtered_time_by_kernel_name`;
-- peak GPU memory of the configuration over its compile, correctness check and profiled iterations
-  (`torch.cuda.max_memory_allocated` after a reset, minus what the sweep held before the configuration
-  started; read before do_bench, whose 256 MB L2-flush buffer is not the configuration's);
-- wall-clock per iteration with `triton.testing.do_bench` (warm-up, L2 flush, CUDA events, median and
-  20th/80th percentiles; gradients set to None before each call so accumulation is not timed);
-- where the time goes, per float8 point: GEMM-only speedup (`torch._scaled_mm` against `torch.mm`, the three
-  GEMMs of forward + backward) and the time of the recipe's casts, with the kernels of `fp8advisor_kernels`.
+1. the first call, timed, with the inductor / AOTAutograd cache counters around it: the compile record;
+2. for float8, a correctness check on that call: SQNR of the output and input gradient against the eager
+   bf16 module;
+3. 2 warm-up calls, then the memory window opens (everything of steps 1-2 freed, peak statistics reset);
+4. GPU kernel time with `torch.profiler`: 5 profiled calls in one padded session, the self GPU time of the
+   CPU ops that launched kernels summed, the benchmark's own overhead dropped exactly as torchao 0.18's
+   `profiler_output_to_filtered_time_by_kernel_name` (the dropped rows' time is recorded, and the session
+   is checked for lost records);
+5. peak GPU memory over those profiled calls (`torch.cuda.max_memory_allocated`), minus what the sweep held
+   before the configuration was built;
+6. wall-clock per call with `triton.testing.do_bench` (L2 flush, CUDA events, median and 20th/80th
+   percentiles, at least 5 calls; gradients set to None before each call so accumulation is not timed);
+7. where the time goes, per float8 point: GEMM-only speedup (`torch._scaled_mm` against `torch.mm`, the three
+   GEMMs of forward + backward) and the time of the recipe's casts, with the kernels of `fp8advisor_kernels`.
 
-Why the sweep is laid out as it is (the 10-minute budget for the default grid on one H100):
-compilation dominates. A cold `torch.compile` of one forward + backward costs seconds of CPU (inductor codegen
-and Triton compilation of each kernel), roughly twice as much for a float8 graph as for bf16, while the GPU
-work of a point is a fraction of a second even at 32768^3. So the sweep runs in two phases:
+How a sweep is laid out (`fp8advisor.schedule`, `fp8advisor.precompile`): compilation dominates (a cold
+`torch.compile` of one forward + backward costs seconds to tens of seconds of CPU, a point's GPU work a
+fraction of a second even at 32768^3). So the pending points, largest shape first, go in batches: worker
+processes pre-compile a batch in parallel (filling inductor's on-disk caches; they never leave autotuning
+choices behind), then this process measures it alone on the GPU, its compiles hitting those caches. A time
+budget (`--time-budget`) is checked before each batch and each point; `--shard I/N` measures a slice of the
+grid. Each point is appended to the run file as soon as it is measured, so a stop, a Ctrl-C or a kill
+loses at most the point in flight and the same command resumes.
 
-1. Pre-compile. Spawned worker processes (one CPU core each, `compile_threads=1`, as many as the cores allow
-   less two) compile every pending (shape, recipe) graph and run it once, which fills inductor's FX-graph and
-   AOTAutograd caches, the Triton kernel cache and the pointwise autotuning results on disk. Workers share the
-   GPU only with each other, never with a timing, and take GPU memory from a shared budget (estimated per
-   shape) so that the 32768-wide shapes do not run out of memory together.
-2. Measure. One process, alone on the GPU, goes through the points shape by shape (bf16 once per shape, then
-   each recipe). Its `torch.compile` calls now hit the caches (about a second each instead of tens), so the
-   measurement phase costs a few seconds per point, most of it the profiler and do_bench windows.
-
-The default grid is sized for that budget: a complete cube, M over {1024, 4096, 8192, 32768} and K and N over
-{1024, 4096, 32768} (1024 is the GQA key/value width, 4096 the hidden size of 7-8B models, M = 8192 one
-sequence of 8192 tokens, 32768 the upper end of the published tables): 36 shapes, 144 configurations. The
-10-minute figure is a design target, not a measurement: no GPU has run this sweep yet.
-`quick` is a smoke test; `llama` the Llama 3 8B/70B layer shapes at three token counts; `full` the published
-1024..32768 power-of-two cube (216 shapes, about an hour).
+The default grid is a complete cube, M over {1024, 4096, 8192, 32768} and K and N over {1024, 4096, 32768}
+(1024 is the GQA key/value width, 4096 the hidden size of 7-8B models, M = 8192 one sequence of 8192 tokens,
+32768 the upper end of the published tables): 36 shapes, 144 configurations. No GPU has run it yet: its
+duration is a design estimate (docs/benchmarks.md). `quick` is a smoke test; `llama` the Llama 3 8B/70B layer
+shapes at three token counts; `full` the published 1024..32768 power-of-two cube (216 shapes).
 
 `--emulate` runs the same pipeline on the CPU with torchao's emulated float8 on a tiny grid, timing wall-clock
 with `time.perf_counter` only; every record says `"emulated": true` and `fit` refuses such runs for a real
@@ -60,51 +57,43 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fp8advisor import compat
 from fp8advisor import results as results_store
 from fp8advisor.errors import AdvisorError
 from fp8advisor.recipes import ALL_RECIPES, BASELINE, parse_recipe
+from fp8advisor.schedule import DurationEstimator, Shard, TimeBudget, batches, sweep_order
+from fp8advisor.timers import CompileRecord, CpuTimer, CudaTimer, ProfileSummary, Timer
 
 WORKLOAD = "LayerNorm(K, elementwise_affine=False) -> Linear(K, N, bias=False) -> Sigmoid, bf16, fwd+bwd"
 
 GPU_METHOD = {
     "workload": WORKLOAD,
-    "compile": "torch.compile default mode, torch._dynamo.reset() before each configuration",
-    "kernel_time": "torch.profiler: 2 warm-up + 5 profiled iterations, sum of GPU kernel time, "
-    "grad-accumulation add_/sum dropped (as torchao float8_roofline.py)",
-    "wall_time": "CUDA events per iteration after warm-up, L2 flushed, median and 20th/80th percentiles "
-    "(triton.testing.do_bench)",
+    "compile": "torch.compile default mode, torch._dynamo.reset() before each configuration; pre-compiled in "
+    "worker processes (autotune_local_cache off); the point's compile record: seconds of the first call in "
+    "the timing process, with inductor FX-graph and AOTAutograd cache hits/misses",
+    "kernel_time": "torch.profiler: compile call + 2 warm-up, then 5 profiled iterations in one session "
+    "padded with k+16 torch.cuda._sleep kernels (k-th session), sum of GPU kernel time, grad-accumulation "
+    "add_/sum, syncs and Unrecognized rows dropped as torchao 0.18 float8_roofline.py (their time recorded)",
+    "wall_time": "CUDA events per iteration after warm-up, L2 flushed, median and 20th/80th percentiles, "
+    "at least 5 iterations (triton.testing.do_bench)",
     "correctness": "SQNR (dB) of float8 output and input gradient against the eager bf16 module",
-    "peak_memory": "torch.cuda.max_memory_allocated after reset_peak_memory_stats, minus memory held before "
-    "the configuration, over its compile, correctness check and profiled iterations",
+    "peak_memory": "torch.cuda.max_memory_allocated over the profiled iterations only (peak statistics reset "
+    "after compile and correctness check), minus memory held before the configuration was built",
     "breakdown": "gemm_only_speedup: the 3 GEMMs of fwd+bwd, torch.mm vs torch._scaled_mm; cast_overhead_s: "
     "the recipe's dynamic-quantization kernels, unfused (fp8advisor_kernels); do_bench medians",
 }
 
 EMULATED_METHOD = {
     "workload": WORKLOAD,
-    "compile": "torch.compile default mode on the CPU, torchao float8 with emulate=True",
+    "compile": "torch.compile default mode on the CPU, torchao float8 with emulate=True; the point's compile "
+    "record: seconds of the first call, with inductor FX-graph and AOTAutograd cache hits/misses",
     "kernel_time": None,
-    "wall_time": "EMULATED on the CPU, one thread: time.perf_counter per iteration, 2 warm-up + 5 timed "
-    "iterations, median and 20th/80th percentiles",
+    "wall_time": "EMULATED on the CPU, one thread: time.perf_counter per iteration, compile call + 2 warm-up "
+    "+ 5 timed iterations, median and 20th/80th percentiles",
     "correctness": "SQNR (dB) of float8 output and input gradient against the eager bf16 module",
     "peak_memory": None,
     "breakdown": None,
 }
-
-#: Keys of profiler rows that are not the module's work, as torchao 0.18's benchmarks/float8/utils.py drops
-#: them: the benchmark's own `sum` and gradient accumulation (`add_`), device syncs, the profiler's own rows.
-#: (torchao stopped dropping `aten::fill_` and `aten::copy_` in 2025: they are counted, as there.)
-PROFILER_OVERHEAD_KEYS = frozenset(
-    {
-        "aten::sum",
-        "aten::add_",
-        "cudaDeviceSynchronize",
-        "hipDeviceSynchronize",
-        "Activity Buffer Request",
-        "Unrecognized",
-    }
-)
-
 
 # --- what is measured ---------------------------------------------------------------------------------------
 
@@ -178,7 +167,8 @@ LLAMA3_70B_LAYERS = ((8192, 8192), (8192, 1024), (8192, 28672), (28672, 8192))
 
 #: The default grid, a complete cube so that `fit` interpolates it on a regular grid: M over 1024, 4096, 8192
 #: (seq 8192, today's most common tokens per GPU) and 32768; K and N over 1024 (GQA key/value width), 4096 and
-#: 32768. 36 shapes x (bf16 + 3 recipes) = 144 configurations, sized for 10 minutes on one H100 (see
+#: 32768. 36 shapes x (bf16 + 3 recipes) = 144 configurations: about 10 to 13 minutes on one H100 by design
+#: estimate, measured in two or three `--time-budget 540` commands under a 10-minute job limit (see
 #: docs/benchmarks.md). Interpolating the published H100 rowwise table from just these 36 shapes predicts its
 #: other 180 points with a median error of 5.4% and the right side of 1.0x for 95% of them
 #: (tests/test_bench.py checks this).
@@ -247,6 +237,9 @@ class BenchSettings:
     emulated_wall_iterations: int = 5
     #: Processes that pre-compile graphs before timing; None = as many as the CPU allows (0 when emulating).
     compile_workers: int | None = None
+    #: Seconds a worker may spend on one configuration before it is killed (its point compiles in the timing
+    #: process instead).
+    compile_timeout_s: float = 300.0
     #: Measure GEMM-only speedup and cast time per float8 point, and the device ceilings (GPU only).
     breakdown: bool = True
     seed: int = 0
@@ -257,6 +250,11 @@ class BenchSettings:
         if self.emulate:
             return 0
         return max(1, min((os.cpu_count() or 2) - 2, 12, pending_configurations))
+
+    def timer(self) -> Timer:
+        if self.emulate:
+            return CpuTimer(iterations=self.emulated_wall_iterations)
+        return CudaTimer(warmup_ms=self.wall_warmup_ms, rep_ms=self.wall_rep_ms)
 
 
 # --- raw timings --------------------------------------------------------------------------------------------
@@ -270,6 +268,9 @@ class Measurement:
     wall_time_s: dict[str, float]
     peak_memory_bytes: int | None
     sqnr_db: dict[str, float] | None
+    compile: CompileRecord | None = None
+    #: The profiler session's bookkeeping (records, padding, dropped rows, suspect); None when emulated.
+    profile: ProfileSummary | None = None
     gemm_only_speedup: float | None = None
     cast_overhead_s: float | None = None
     #: Why the breakdown probes failed (the timings above still stand), None when they ran or were not asked.
@@ -283,8 +284,13 @@ def point_record(
     emulated: bool,
     measurement: Measurement | None = None,
     failure: str | None = None,
+    duration_s: float | None = None,
+    precompiled: str | None = None,
 ) -> dict:
-    """The results line of a point (fp8advisor.results/1): ok with a measurement, or failed with a reason."""
+    """The results line of a point (fp8advisor.results/1): ok with a measurement, or failed with a reason.
+
+    `duration_s`: seconds the timing process spent on the point; `precompiled`: the pre-compile worker's
+    outcome ("ok" or why not; None when no worker ran)."""
     m = measurement
     return {
         "kind": "point",
@@ -302,41 +308,13 @@ def point_record(
         "gemm_only_speedup": m.gemm_only_speedup if m else None,
         "cast_overhead_s": m.cast_overhead_s if m else None,
         "breakdown_error": m.breakdown_error if m else None,
+        "compile": m.compile.to_json() if m and m.compile else None,
+        "profiler": m.profile.to_json() if m and m.profile else None,
+        "precompiled": precompiled,
+        "duration_s": duration_s,
         "measured_at": results_store.utc_now(),
         "emulated": emulated,
     }
-
-
-def quantiles_s(times_s: Sequence[float]) -> dict[str, float]:
-    """Median and 20th/80th percentiles (linear interpolation, as torch.quantile in triton's do_bench)."""
-    ordered = sorted(times_s)
-
-    def quantile(q: float) -> float:
-        position = q * (len(ordered) - 1)
-        low, high = math.floor(position), math.ceil(position)
-        return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-    return {"median": quantile(0.5), "p20": quantile(0.2), "p80": quantile(0.8)}
-
-
-def kernel_time_from_profile(key_averages: Iterable, iterations: int) -> float:
-    """Seconds of GPU kernel time per iteration from `prof.key_averages()`, filtered like torchao.
-
-    Keeps top-level CPU ops that launched GPU work (self CPU time and self device time both > 0) and drops the
-    benchmark's own overhead (`PROFILER_OVERHEAD_KEYS`). Profiler times are in microseconds.
-    """
-    threshold = 1e-10
-    total_us = 0.0
-    for event in key_averages:
-        device_us = getattr(event, "self_device_time_total", None)
-        if device_us is None:  # torch < 2.4 spelled it cuda
-            device_us = event.self_cuda_time_total
-        if not (event.self_cpu_time_total > threshold and device_us > threshold):
-            continue
-        if event.key in PROFILER_OVERHEAD_KEYS:
-            continue
-        total_us += device_us
-    return total_us / 1e6 / iterations
 
 
 def failure_reason(error: BaseException) -> str:
@@ -412,9 +390,8 @@ def prepare_module(base, recipe: str, *, emulate: bool):
 
 def compile_module(module):
     """`torch.compile` in default mode after `torch._dynamo.reset()`, as torchao's benchmark does."""
-    torch = _torch()
-    torch._dynamo.reset()
-    return torch.compile(module)
+    compat.dynamo_reset()
+    return _torch().compile(module)
 
 
 def sqnr_db(reference, actual) -> float:
@@ -430,10 +407,11 @@ def sqnr_db(reference, actual) -> float:
 class ShapeBench:
     """The tensors of one (M, K, N), shared by its configurations, and the per-configuration measurement."""
 
-    def __init__(self, M: int, K: int, N: int, settings: BenchSettings):
+    def __init__(self, M: int, K: int, N: int, settings: BenchSettings, timer: Timer | None = None):
         self.M, self.K, self.N = M, K, N
         self.settings = settings
-        self.device = "cpu" if settings.emulate else "cuda"
+        self.timer = timer or settings.timer()
+        self.device = "cpu" if self.timer.emulated else "cuda"
         self.base = build_module(K, N, device=self.device, seed=settings.seed)
         self.x, self.grad_output = make_inputs(M, K, N, device=self.device, seed=settings.seed)
         self._reference = None
@@ -450,20 +428,26 @@ class ShapeBench:
             del module, x, y
         return self._reference
 
+    def check(self, output, grad_input) -> dict[str, float]:
+        """SQNR of a float8 call's output and input gradient against the bf16 reference; not finite fails."""
+        reference_output, reference_grad = self.reference()
+        sqnr = {
+            "output": sqnr_db(reference_output, output),
+            "grad_input": sqnr_db(reference_grad, grad_input),
+        }
+        if not all(math.isfinite(value) or value == math.inf for value in sqnr.values()):
+            raise FloatingPointError(f"float8 result is not finite (SQNR {sqnr})")
+        return sqnr
+
     def measure(self, recipe: str) -> Measurement:
-        torch = _torch()
-        emulate = self.settings.emulate
+        """One configuration, in the order of the module docstring: compile call (with the correctness
+        check), warm-up, memory window, profiled calls, peak, wall-clock window, breakdown."""
+        timer, settings = self.timer, self.settings
         if recipe != BASELINE:
-            self.reference()  # computed on first use, before the configuration's memory window opens
-        memory_before = 0
-        if not emulate:
-            # The previous configuration's compiled graphs (and all they hold) go now, not inside this window.
-            torch._dynamo.reset()
-            gc.collect()
-            torch.cuda.synchronize()
-            memory_before = torch.cuda.memory_allocated()
-            torch.cuda.reset_peak_memory_stats()
-        module = compile_module(prepare_module(self.base, recipe, emulate=emulate))
+            self.reference()  # computed on first use, before the configuration's memory is counted
+        timer.release()  # the previous configuration's compiled graphs (and all they hold) go now
+        memory_before = timer.memory_allocated()
+        module = compile_module(prepare_module(self.base, recipe, emulate=timer.emulated))
         x = self.x.detach().clone().requires_grad_()
         grad_output = self.grad_output
 
@@ -472,65 +456,29 @@ class ShapeBench:
             y.backward(grad_output)
             return y
 
-        sqnr = None
-        if recipe != BASELINE:
-            y = step()
-            reference_output, reference_grad = self.reference()
-            sqnr = {"output": sqnr_db(reference_output, y), "grad_input": sqnr_db(reference_grad, x.grad)}
-            del y
-            if not all(math.isfinite(value) or value == math.inf for value in sqnr.values()):
-                raise FloatingPointError(f"float8 result is not finite (SQNR {sqnr})")
-            x.grad = None
-        parameters = list(module.parameters())
-        if emulate:
-            measurement = self._measure_cpu(step, x, parameters, sqnr)
-        else:
-            measurement = self._measure_gpu(step, x, parameters, sqnr, memory_before)
-            if recipe != BASELINE and self.settings.breakdown:
-                try:
-                    breakdown = self._breakdown(recipe)
-                except Exception as error:  # noqa: BLE001 - a failed probe must not discard the point's times
-                    breakdown = {"breakdown_error": failure_reason(error)}
-                measurement = dataclasses.replace(measurement, **breakdown)
+        output, compile_record = timer.first_call(step)
+        sqnr = self.check(output, x.grad) if recipe != BASELINE else None
+        del output
+        call_s = min(timer.time_call(step) for _ in range(max(1, settings.warmup_iterations)))
+        timer.open_memory_window()
+        profile = timer.kernel_time(step, settings.profiled_iterations)
+        peak = timer.window_peak()
+        wall = timer.wall_time(step, [x, *module.parameters()], call_s)
+        measurement = Measurement(
+            kernel_time_s=profile.kernel_time_s if profile else None,
+            wall_time_s=wall,
+            peak_memory_bytes=None if peak is None else peak - memory_before,
+            sqnr_db=sqnr,
+            compile=compile_record,
+            profile=profile,
+        )
+        if not timer.emulated and recipe != BASELINE and settings.breakdown:
+            try:
+                breakdown = self._breakdown(recipe)
+            except Exception as error:  # noqa: BLE001 - a failed probe must not discard the point's times
+                breakdown = {"breakdown_error": failure_reason(error)}
+            measurement = dataclasses.replace(measurement, **breakdown)
         return measurement
-
-    def _measure_cpu(self, step: Callable, x, parameters, sqnr) -> Measurement:
-        for _ in range(self.settings.warmup_iterations):
-            step()
-        times = []
-        for _ in range(self.settings.emulated_wall_iterations):
-            for tensor in (x, *parameters):
-                tensor.grad = None
-            start = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - start)
-        return Measurement(
-            kernel_time_s=None, wall_time_s=quantiles_s(times), peak_memory_bytes=None, sqnr_db=sqnr
-        )
-
-    def _measure_gpu(self, step: Callable, x, parameters, sqnr, memory_before: int) -> Measurement:
-        torch = _torch()
-        from fp8advisor_kernels.timing import do_bench_seconds
-        from torch.profiler import ProfilerActivity, profile
-
-        # Kernel time exactly as torchao's get_gpu_kernel_time: gradients accumulate, add_ is filtered out.
-        for _ in range(self.settings.warmup_iterations):
-            step()
-        iterations = self.settings.profiled_iterations
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for _ in range(iterations):
-                step()
-                torch.cuda.synchronize()
-        kernel_time = kernel_time_from_profile(prof.key_averages(), iterations)
-        # Before do_bench: its L2-flush buffer (256 MB) is not the configuration's memory.
-        peak = torch.cuda.max_memory_allocated() - memory_before
-        wall = do_bench_seconds(
-            step,
-            warmup_ms=self.settings.wall_warmup_ms,
-            rep_ms=self.settings.wall_rep_ms,
-            grad_to_none=[x, *parameters],
-        )
-        return Measurement(kernel_time_s=kernel_time, wall_time_s=wall, peak_memory_bytes=peak, sqnr_db=sqnr)
 
     def _breakdown(self, recipe: str) -> dict:
         """GEMM-only speedup and cast time of `recipe` at this shape (GPU), probes shared by the shape's
@@ -546,40 +494,10 @@ class ShapeBench:
 
     def release(self) -> None:
         self.base = self.x = self.grad_output = self._reference = None
-        _release_memory(self.settings.emulate)
+        self.timer.release()
 
 
-def _release_memory(emulate: bool) -> None:
-    gc.collect()
-    if not emulate:
-        _torch().cuda.empty_cache()
-
-
-# --- pre-compilation in worker processes --------------------------------------------------------------------
-
-
-def estimated_peak_bytes(point: BenchPoint) -> int:
-    """A generous estimate of a configuration's GPU memory: bf16 activations, weights, gradients and copies,
-    plus float8 copies in both layouts. Used only to keep pre-compiling workers from running out of memory."""
-    M, K, N = point.shape
-    bf16_bytes = 2 * (4 * M * K + 3 * K * N + 4 * M * N)
-    float8_bytes = 0 if point.recipe == BASELINE else 2 * (M * K + K * N + M * N)
-    return bf16_bytes + float8_bytes
-
-
-_worker_budget = None  # (condition, used bytes value, budget bytes) in a worker process
-
-
-def _init_worker(condition, used, budget: float, emulate: bool) -> None:
-    """Worker start-up: one compile thread each (the workers are the parallelism), shared memory budget."""
-    global _worker_budget
-    torch = _torch()
-    import torch._inductor.config as inductor_config
-
-    inductor_config.compile_threads = 1
-    if emulate:
-        torch.set_num_threads(1)  # as the measuring process does under --emulate (it is in the cache key)
-    _worker_budget = (condition, used, budget)
+# --- pre-compilation (run in worker processes: fp8advisor.precompile) ---------------------------------------
 
 
 def precompile_point(point: BenchPoint, settings: BenchSettings) -> str | None:
@@ -588,17 +506,8 @@ def precompile_point(point: BenchPoint, settings: BenchSettings) -> str | None:
     Runs in a worker process. Failures are only reported: the measuring process meets them again and records
     them.
     """
-    need = estimated_peak_bytes(point)
-    budget = _worker_budget
-    if budget is not None and not settings.emulate:
-        condition, used, total = budget
-        need = min(need, total)  # a configuration larger than the budget runs alone
-        with condition:
-            while used.value + need > total:
-                condition.wait()
-            used.value += need
+    device = "cpu" if settings.emulate else "cuda"
     try:
-        device = "cpu" if settings.emulate else "cuda"
         base = build_module(point.K, point.N, device=device, seed=settings.seed)
         x, grad_output = make_inputs(point.M, point.K, point.N, device=device, seed=settings.seed)
         module = compile_module(prepare_module(base, point.recipe, emulate=settings.emulate))
@@ -610,55 +519,19 @@ def precompile_point(point: BenchPoint, settings: BenchSettings) -> str | None:
         return failure_reason(error)
     finally:
         base = x = grad_output = module = None
-        _release_memory(settings.emulate)
-        if budget is not None and not settings.emulate:
-            with condition:
-                used.value -= need
-                condition.notify_all()
-
-
-class Precompiler:
-    """Spawned worker processes that warm the compile caches for a list of points."""
-
-    def __init__(self, workers: int, settings: BenchSettings):
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        context = multiprocessing.get_context("spawn")  # CUDA cannot be used in forked children
-        budget = 0.0
+        gc.collect()
         if not settings.emulate:
-            torch = _torch()
-            torch.cuda.empty_cache()  # what this process cached (the ceilings' buffers) is free for workers
-            free, _total = torch.cuda.mem_get_info()
-            context_bytes = 1 << 30  # each worker's CUDA context and allocator slack, outside the budget
-            budget = max(free * 0.85 - workers * context_bytes, free * 0.25)
-        self.settings = settings
-        self.executor = ProcessPoolExecutor(
-            max_workers=workers,
-            mp_context=context,
-            initializer=_init_worker,
-            initargs=(context.Condition(), context.Value("d", 0.0), budget, settings.emulate),
-        )
+            _torch().cuda.empty_cache()
 
-    def run(self, points: Sequence[BenchPoint], on_done: Callable[[BenchPoint, str | None], None]) -> None:
-        from concurrent.futures import as_completed
 
-        futures = {self.executor.submit(precompile_point, point, self.settings): point for point in points}
-        for future in as_completed(futures):
-            try:
-                reason = future.result()
-            except Exception as error:  # noqa: BLE001 - a crashed worker (e.g. killed) only loses the warm-up
-                reason = failure_reason(error)
-            on_done(futures[future], reason)
-
-    def shutdown(self, *, wait: bool = False) -> None:
-        """Stop the workers: `wait` lets idle workers exit; otherwise our own children are terminated now
-        rather than after the compile they are in (Ctrl-C)."""
-        processes = list((getattr(self.executor, "_processes", None) or {}).values())
-        self.executor.shutdown(wait=wait, cancel_futures=True)
-        for process in processes:
-            if process.is_alive():
-                process.terminate()
+def worker_memory_budget(workers: int) -> float:
+    """GPU bytes the pre-compiling workers share: 85% of what is free, less a CUDA context and allocator
+    slack per worker, and never under a quarter of what is free."""
+    torch = _torch()
+    torch.cuda.empty_cache()  # what this process cached (the ceilings' buffers) is free for workers
+    free, _total = torch.cuda.mem_get_info()
+    context_bytes = 1 << 30
+    return max(free * 0.85 - workers * context_bytes, free * 0.25)
 
 
 # --- the sweep ----------------------------------------------------------------------------------------------
@@ -671,13 +544,19 @@ class SweepSummary:
     grid: Grid
     path: Path | None
     run_id: str | None
-    total_points: int
-    skipped_points: int
+    total_points: int  # of the grid, or of the shard
+    skipped_points: int  # already saved by the runs this one continues
     records: list[dict] = field(default_factory=list)
     runs: list[results_store.Run] = field(default_factory=list)
     resumed_from: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
     interrupted: bool = False
+    shard: Shard | None = None
+    time_budget_s: float | None = None
+    #: The time budget stopped the sweep before every pending point was measured.
+    stopped_by_budget: bool = False
+    #: Points whose pre-compilation failed, timed out or was cut, with the reason.
+    not_precompiled: dict[results_store.PointKey, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> int:
@@ -689,8 +568,22 @@ class SweepSummary:
 
     @property
     def saved_points(self) -> int:
-        """Points on disk for this grid: earlier runs' and this one's."""
+        """Points on disk for this grid (or shard): earlier runs' and this one's."""
         return self.skipped_points + len(self.records)
+
+    @property
+    def left_points(self) -> int:
+        return self.total_points - self.saved_points
+
+    @property
+    def cold_compiles(self) -> int:
+        """Points of this run whose compile in the timing process missed inductor's cache."""
+        return sum(bool((record.get("compile") or {}).get("cold")) for record in self.records)
+
+    @property
+    def suspect(self) -> list[dict]:
+        """Points of this run whose profiler session may have lost records."""
+        return [record for record in self.records if (record.get("profiler") or {}).get("suspect")]
 
 
 class SweepInterrupted(Exception):
@@ -710,16 +603,22 @@ def run_sweep(
     out_dir: Path,
     settings: BenchSettings = BenchSettings(),
     *,
+    shard: Shard | None = None,
+    time_budget_s: float | None = None,
+    started: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
     on_progress: ProgressCallback | None = None,
     on_point: Callable[[dict], None] | None = None,
 ) -> SweepSummary:
-    """Measure every point of `grid` not already in `out_dir` (resume), appending each to a new run file.
+    """Measure every point of `grid` (or of its `shard`) not already in `out_dir` (resume), appending each to
+    a new run file; with `time_budget_s`, stop before a point that would not finish inside the budget,
+    counted from `started` (a `clock` reading; default: now).
 
     Raises `DeviceError` without an FP8-capable GPU (unless emulating) and `SweepInterrupted` on Ctrl-C.
     """
     from fp8advisor.device import describe_device, require_fp8_gpu, software_versions
 
-    started_clock = time.perf_counter()
+    budget = TimeBudget(time_budget_s, clock() if started is None else started, clock)
     progress = on_progress or (lambda stage, completed, total, description: None)
     if not settings.emulate:
         require_fp8_gpu()
@@ -731,11 +630,13 @@ def run_sweep(
         software=software_versions(),
         method=EMULATED_METHOD if settings.emulate else GPU_METHOD,
         grid=grid.to_json(),
+        shard=shard.to_json() if shard else None,
+        time_budget_s=time_budget_s,
     )
     earlier = results_store.resumable_runs(out_dir, header)
     done = results_store.done_keys(earlier)
-    points = grid.points()
-    pending = [point for point in points if point.key not in done]
+    points = shard.select(grid.points()) if shard else grid.points()
+    pending = sweep_order([point for point in points if point.key not in done])
     summary = SweepSummary(
         grid=grid,
         path=None,
@@ -744,9 +645,11 @@ def run_sweep(
         skipped_points=len(points) - len(pending),
         runs=list(earlier),
         resumed_from=[run.run_id for run in earlier],
+        shard=shard,
+        time_budget_s=time_budget_s,
     )
     if not pending:
-        summary.elapsed_s = time.perf_counter() - started_clock
+        summary.elapsed_s = budget.elapsed()
         return summary
 
     header["resumes"] = summary.resumed_from
@@ -762,7 +665,9 @@ def run_sweep(
             header["ceilings"] = {"error": failure_reason(error)}
     writer = results_store.RunWriter.create(out_dir, header)
     summary.path, summary.run_id = writer.path, header["run_id"]
-    precompiler = None
+    estimator = DurationEstimator()
+    estimator.observe_records(point for run in earlier for point in run.points)
+    sweep = _Sweep(settings, header["run_id"], writer, summary, budget, estimator, progress, on_point)
     threads = _torch().get_num_threads()
     if settings.emulate:
         # One CPU thread, compile and timing alike: on a busy CPU, OpenMP barriers stall for tens of
@@ -770,62 +675,117 @@ def run_sweep(
         # specialise on the thread count, so it must not change between compiling and timing.)
         _torch().set_num_threads(1)
     try:
-        workers = settings.worker_count(len(pending))
-        if workers:
-            precompiler = Precompiler(workers, settings)
-            completed = 0
-            progress("compile", 0, len(pending), f"compiling in {workers} worker processes")
-
-            def compiled(point: BenchPoint, reason: str | None) -> None:
-                nonlocal completed
-                completed += 1
-                # A failed warm-up is measured (and recorded) later; show it: a cold compile costs time.
-                progress("compile", completed, len(pending), f"{point}: {reason}" if reason else str(point))
-
-            precompiler.run(pending, compiled)
-            precompiler.shutdown(wait=True)
-            precompiler = None
-        _measure(pending, settings, header["run_id"], writer, summary, progress, on_point)
+        sweep.run(pending)
     except KeyboardInterrupt:
         summary.interrupted = True
         raise SweepInterrupted(summary) from None
     finally:
         _torch().set_num_threads(threads)
-        if precompiler is not None:
-            precompiler.shutdown()
+        sweep.close()
         writer.close()
-        summary.elapsed_s = time.perf_counter() - started_clock
+        summary.elapsed_s = budget.elapsed()
         summary.runs = list(earlier) + [results_store.read_run(writer.path)]
     return summary
 
 
-def _measure(pending, settings, run_id, writer, summary, progress, on_point) -> None:
-    progress("measure", 0, len(pending), "measuring")
-    for shape, shape_points in itertools.groupby(pending, key=lambda point: point.shape):
-        bench = None
-        try:
-            for point in shape_points:
-                progress("measure", len(summary.records), len(pending), str(point))
-                try:
-                    if bench is None:
-                        bench = ShapeBench(*shape, settings)
-                    record = point_record(
-                        run_id, point, emulated=settings.emulate, measurement=bench.measure(point.recipe)
-                    )
-                except Exception as error:  # noqa: BLE001 - OOM, compile errors...: record it and go on
-                    record = point_record(
-                        run_id, point, emulated=settings.emulate, failure=failure_reason(error)
-                    )
-                if record["status"] == "failed":  # outside the except block, whose traceback held the tensors
-                    _release_memory(settings.emulate)
-                writer.append(record)
-                summary.records.append(record)
-                if on_point is not None:
-                    on_point(record)
-                progress("measure", len(summary.records), len(pending), str(point))
-        finally:
-            if bench is not None:
-                bench.release()
+class _Sweep:
+    """One run's loop over its pending points: batches of pre-compilation then measurement, under a budget."""
+
+    def __init__(self, settings, run_id, writer, summary, budget, estimator, progress, on_point):
+        self.settings, self.run_id, self.writer, self.summary = settings, run_id, writer, summary
+        self.budget, self.estimator, self.progress, self.on_point = budget, estimator, progress, on_point
+        self.precompiler = None
+        self.precompiled: dict[results_store.PointKey, str] = {}  # point key -> "ok" or why not
+        self.compiled = self.measured = self.total = 0
+
+    def run(self, pending: list[BenchPoint]) -> None:
+        self.total = len(pending)
+        workers = self.settings.worker_count(len(pending))
+        if workers:
+            from fp8advisor.precompile import Precompiler
+
+            self.precompiler = Precompiler(
+                workers,
+                self.settings,
+                timeout_s=self.settings.compile_timeout_s,
+                memory_budget_bytes=None if self.settings.emulate else worker_memory_budget(workers),
+                clock=self.budget.clock,
+            )
+            self.progress("compile", 0, self.total, f"compiling in {workers} worker processes")
+        self.progress("measure", 0, self.total, "measuring")
+        for batch in batches(pending, 2 * workers if workers else len(pending)):
+            first_estimate = self.estimator.estimate(batch[0].recipe, precompiled=bool(workers))
+            if not self.budget.allows(first_estimate):
+                self.summary.stopped_by_budget = True
+                return
+            if self.precompiler is not None:
+                self._precompile(batch, deadline=self.budget.deadline(first_estimate))
+            if not self._measure(batch):
+                self.summary.stopped_by_budget = True
+                return
+
+    def _precompile(self, batch: list[BenchPoint], deadline: float | None) -> None:
+        def compiled(point: BenchPoint, reason: str | None) -> None:
+            self.compiled += 1
+            self.precompiled[point.key] = "ok" if reason is None else reason
+            if reason is not None:
+                self.summary.not_precompiled[point.key] = reason
+            # A failed warm-up is measured (and recorded) later; show it: a cold compile costs time.
+            description = f"{point}: {reason}" if reason else str(point)
+            self.progress("compile", self.compiled, self.total, description)
+
+        self.precompiler.run(batch, compiled, deadline=deadline)
+
+    def _measure(self, batch: list[BenchPoint]) -> bool:
+        """Measure `batch` shape by shape; False when the budget stopped it."""
+        for shape, shape_points in itertools.groupby(batch, key=lambda point: point.shape):
+            bench = None
+            try:
+                for point in shape_points:
+                    precompiled = self.precompiled.get(point.key)
+                    estimate = self.estimator.estimate(point.recipe, precompiled=precompiled == "ok")
+                    if not self.budget.allows(estimate):
+                        return False
+                    self.progress("measure", self.measured, self.total, str(point))
+                    started = self.budget.clock()
+                    measurement = failure = None
+                    try:
+                        if bench is None:
+                            bench = ShapeBench(*shape, self.settings)
+                        measurement = bench.measure(point.recipe)
+                    except Exception as error:  # noqa: BLE001 - OOM, compile errors...: record it and go on
+                        failure = failure_reason(error)
+                    duration = self.budget.clock() - started
+                    if failure is not None:  # outside the except block, whose traceback held the tensors
+                        gc.collect()
+                    self._record(point, measurement, failure, duration, precompiled)
+            finally:
+                if bench is not None:
+                    bench.release()
+        return True
+
+    def _record(self, point, measurement, failure, duration, precompiled) -> None:
+        record = point_record(
+            self.run_id,
+            point,
+            emulated=self.settings.emulate,
+            measurement=measurement,
+            failure=failure,
+            duration_s=duration,
+            precompiled=precompiled,
+        )
+        self.writer.append(record)
+        self.summary.records.append(record)
+        self.estimator.observe(point.recipe, precompiled == "ok", duration)
+        self.measured += 1
+        if self.on_point is not None:
+            self.on_point(record)
+        self.progress("measure", self.measured, self.total, str(point))
+
+    def close(self) -> None:
+        if self.precompiler is not None:
+            self.precompiler.close()
+            self.precompiler = None
 
 
 __all__ = [
@@ -834,11 +794,11 @@ __all__ = [
     "BenchSettings",
     "Grid",
     "Measurement",
+    "ShapeBench",
     "SweepInterrupted",
     "SweepSummary",
-    "kernel_time_from_profile",
     "make_grid",
     "point_record",
-    "quantiles_s",
+    "precompile_point",
     "run_sweep",
 ]

@@ -64,6 +64,7 @@ class Measurements:
     emulated: bool
     method: str
     speedups: Mapping[str, tuple[SpeedupPoint, ...]]  # recipe -> points
+    notes: tuple[str, ...] = ()  # what was left out, and why
 
 
 # --------------------------------------------------------------------------------------------------- reading
@@ -129,7 +130,7 @@ def measurements_from_runs(runs: Sequence) -> list[Measurements]:
     same shape in a run of the same setup, by GPU kernel time (wall time only where a run has no kernel times,
     as emulated runs). Failed points (out of memory, compile errors) have no time and are simply left out.
     """
-    from fp8advisor.results import pair_with_baseline, setup_key
+    from fp8advisor.results import pair_with_baseline, point_key, setup_key, suspect_reason
 
     by_setup: dict[tuple, list] = defaultdict(list)
     for run in runs:
@@ -153,6 +154,26 @@ def measurements_from_runs(runs: Sequence) -> list[Measurements]:
                     float8_time_s=pair.float8_time_s,
                 )
             )
+        remeasured = {
+            point_key(point)
+            for run in group
+            for point in run.points
+            if point.get("status") == "ok" and not suspect_reason(point)
+        }
+        suspect = [
+            point
+            for run in group
+            for point in run.points
+            if suspect_reason(point) and point_key(point) not in remeasured
+        ]
+        notes = ()
+        if suspect:
+            first = suspect[0]
+            notes = (
+                f"{len(suspect)} point(s) left out: their profiler session may have lost records (e.g. "
+                f"M={first['M']} K={first['K']} N={first['N']} {first['recipe']}: {suspect_reason(first)}); "
+                "the same bench command measures them again",
+            )
         capability = device.get("compute_capability")
         method = _method_text(header.get("method"))
         if bases - {"kernel_time"}:
@@ -167,6 +188,7 @@ def measurements_from_runs(runs: Sequence) -> list[Measurements]:
                 emulated=bool(device.get("emulated", False)),
                 method=method,
                 speedups={recipe: tuple(points) for recipe, points in speedups.items()},
+                notes=notes,
             )
         )
     return measurements
@@ -491,7 +513,7 @@ def fit_profile(
             hint="bench the bf16 baseline together with the recipes (the default does)",
         )
     specs = get_specs(family) if family in GPU_SPECS else GPU_SPECS["H100"]
-    notes = []
+    notes = [note for m in measurements for note in m.notes]
     if family not in GPU_SPECS:
         notes.append(f"no roofline constants for {device_name}: extrapolation below the grid uses H100's")
     recipes, thresholds, roofline_errors = {}, {}, {}

@@ -260,9 +260,12 @@ def make_header(
     grid: dict,
     resumes: Iterable[str] = (),
     ceilings: dict | None = None,
+    shard: dict | None = None,
+    time_budget_s: float | None = None,
 ) -> dict:
     """The run header line. `resumes` names earlier runs this one continues; `ceilings` are the device's
-    measured matmul rates and bandwidth (null when not measured, e.g. emulated)."""
+    measured matmul rates and bandwidth (null when not measured, e.g. emulated); `shard` the slice of the
+    grid this run measures ({"index": I, "count": N}, null for all of it); `time_budget_s` its time budget."""
     return {
         "kind": "run",
         "schema": SCHEMA,
@@ -274,11 +277,14 @@ def make_header(
         "grid": grid,
         "resumes": list(resumes),
         "ceilings": ceilings,
+        "shard": shard,
+        "time_budget_s": time_budget_s,
     }
 
 
 def resumable_runs(out_dir: Path, header: dict) -> list[Run]:
-    """Earlier runs in `out_dir` that a sweep with `header` continues: same device, software, grid points."""
+    """Earlier runs in `out_dir` that a sweep with `header` continues: same device, software, grid points.
+    (The shard does not matter: shards of one grid writing to one directory skip each other's points.)"""
     wanted = grid_point_keys(header["grid"])
     return [
         run
@@ -288,8 +294,9 @@ def resumable_runs(out_dir: Path, header: dict) -> list[Run]:
 
 
 def done_keys(runs: Iterable[Run]) -> set[PointKey]:
-    """Every (M, K, N, recipe) recorded in `runs`, ok or failed."""
-    return {key for run in runs for key in run.keys()}
+    """Every (M, K, N, recipe) recorded in `runs`, ok or failed, except points whose profiler session may
+    have lost records (`suspect_reason`): a resumed sweep measures those again, and the later run wins."""
+    return {point_key(point) for run in runs for point in run.points if not suspect_reason(point)}
 
 
 # --- speedups -----------------------------------------------------------------------------------------------
@@ -327,6 +334,11 @@ class Speedup:
         }
 
 
+def suspect_reason(point: dict) -> str | None:
+    """Why a point's kernel time may be wrong (its profiler session lost records), or None."""
+    return (point.get("profiler") or {}).get("suspect")
+
+
 def _point_time(point: dict, basis: str) -> float | None:
     if basis == "kernel_time":
         return point.get("kernel_time_s")
@@ -341,7 +353,8 @@ def pair_with_baseline(runs: Sequence[Run], *, basis: str = "auto") -> list[Spee
     time where both points have one, else wall time, which is all an emulated run has). Runs are paired only
     with runs of identical device name and software (`setup_key`); when a shape was measured more than once,
     the later run wins.
-    Points without a baseline are left out. Sorted by recipe, M, K, N.
+    Points without a baseline are left out, and so are points whose profiler session may have lost records
+    (`suspect_reason`), float8 or baseline. Sorted by recipe, M, K, N.
     """
     if basis not in ("auto", "kernel_time", "wall_time_median"):
         raise ValueError(f"unknown basis {basis!r}")
@@ -350,7 +363,7 @@ def pair_with_baseline(runs: Sequence[Run], *, basis: str = "auto") -> list[Spee
     for run in runs:
         setup = setup_key(run.header)
         for point in run.points:
-            if point.get("status") != "ok":
+            if point.get("status") != "ok" or suspect_reason(point):
                 continue
             M, K, N, recipe = point_key(point)
             if recipe == BASELINE:
@@ -407,5 +420,6 @@ __all__ = [
     "runs_in",
     "same_setup",
     "setup_key",
+    "suspect_reason",
     "utc_now",
 ]

@@ -26,3 +26,24 @@ def serial_inductor():
         yield
     finally:
         inductor_config.compile_threads = saved
+
+
+def misbehaving_compile(point, settings):
+    """A pre-compile task for the worker-pool tests, by in_features: 48 hangs, 16 kills its process, 80 fails,
+    anything else compiles at once."""
+    import os
+    import time
+
+    if point.K == 48:
+        time.sleep(3600)
+    if point.K == 16:
+        os._exit(3)
+    if point.K == 80:
+        raise ValueError("boom")
+    return None
+
+
+def hanging_compile(point, settings):
+    import time
+
+    time.sleep(3600)

@@ -4,7 +4,10 @@ codes."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -37,6 +40,10 @@ POINT_KEYS = {
     "gemm_only_speedup",
     "cast_overhead_s",
     "breakdown_error",
+    "compile",
+    "profiler",
+    "precompiled",
+    "duration_s",
     "measured_at",
     "emulated",
 }
@@ -71,6 +78,7 @@ def test_emulated_sweep_writes_one_run_file_with_header_and_points(emulated_swee
     assert header["method"]["kernel_time"] is None and "EMULATED" in header["method"]["wall_time"]
     assert header["grid"]["shapes"] == [list(SHAPE)] and header["grid"]["recipes"] == ["bf16", RECIPE]
     assert header["ceilings"] is None and header["resumes"] == []
+    assert header["shard"] is None and header["time_budget_s"] is None
     assert [point["recipe"] for point in points] == ["bf16", RECIPE]
     for point in points:
         assert set(point) == POINT_KEYS
@@ -82,7 +90,9 @@ def test_emulated_sweep_writes_one_run_file_with_header_and_points(emulated_swee
             and point["peak_memory_bytes"] is None
         )
         wall = point["wall_time_s"]
-        assert 0 < wall["p20"] <= wall["median"] <= wall["p80"]
+        assert 0 < wall["p20"] <= wall["median"] <= wall["p80"] and wall["iterations"] == 5
+        assert point["compile"]["seconds"] > 0 and point["duration_s"] >= point["compile"]["seconds"]
+        assert point["profiler"] is None and point["precompiled"] is None  # no profiler, no workers
     bf16, float8 = points
     assert bf16["sqnr_db"] is None
     # e4m3 keeps about 3 bits of mantissa: tens of dB on the output, less on the gradient (e5m2 in
@@ -169,7 +179,52 @@ def test_gpu_sweep_of_one_shape_records_kernel_time_memory_and_breakdown(tmp_pat
     assert len(points) == 4 and all(point["status"] == "ok" for point in points)
     for point in points:
         assert point["kernel_time_s"] > 0 and point["peak_memory_bytes"] > 0
+        assert point["profiler"]["suspect"] is None, point["profiler"]
+        assert point["profiler"]["pads_recorded"] > 0 and point["wall_time_s"]["iterations"] >= 5
+        assert point["precompiled"] == "ok" and not point["compile"]["cold"], point["compile"]
     for point in points[1:]:
         assert point["breakdown_error"] is None, point["breakdown_error"]
         assert point["gemm_only_speedup"] > 0 and point["cast_overhead_s"] > 0
         assert point["sqnr_db"]["output"] > 20
+
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.slow
+def test_bench_runs_from_a_plain_checkout_on_pythonpath(tmp_path):
+    """As on a bare GPU machine: no install, the checkout on PYTHONPATH, torchao's compiled extras skipped,
+    results where --out says and no PNG."""
+    checkout = tmp_path / "checkout"
+    for name in ("fp8advisor", "fp8advisor_kernels", "data"):
+        shutil.copytree(REPOSITORY / name, checkout / name, ignore=shutil.ignore_patterns("__pycache__"))
+    environment = {
+        **os.environ,
+        "PYTHONPATH": str(checkout),
+        "TORCHAO_FORCE_SKIP_LOADING_SO_FILES": "1",
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
+    }
+    show = "import fp8advisor, fp8advisor_kernels; print(fp8advisor.__file__, fp8advisor_kernels.__file__)"
+    where = subprocess.run(
+        [sys.executable, "-c", show], env=environment, capture_output=True, text=True, cwd=tmp_path
+    )
+    assert where.returncode == 0, where.stderr
+    assert all(line.startswith(str(checkout)) for line in where.stdout.split())  # not the installed copy
+    out = tmp_path / "results" / "here"
+    command = [sys.executable, "-m", "fp8advisor", "bench", *CLI_GRID, "--out", str(out), "--no-png"]
+    completed = subprocess.run(
+        command, env=environment, capture_output=True, text=True, timeout=400, cwd=tmp_path
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    [results] = list(out.glob("run-*.jsonl"))
+    assert not list(out.glob("*.png")) and not (tmp_path / "fp8advisor-results").exists()
+    kinds = [json.loads(line)["kind"] for line in results.read_text().splitlines()]
+    assert kinds == ["run", "point", "point"]
+
+
+@pytest.mark.skipif(HAS_FP8_GPU, reason="checks the message of a machine without an FP8 GPU")
+def test_the_gpu_smoke_test_refuses_a_machine_without_an_fp8_gpu(tmp_path):
+    command = [sys.executable, str(REPOSITORY / "benchmarks" / "gpu_smoke.py"), "--out", str(tmp_path)]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 2 and "sm_89" in completed.stderr
+    assert not list(tmp_path.iterdir())

@@ -193,3 +193,50 @@ def test_pairing_crosses_runs_of_one_setup_only(tmp_path):
     write_run(tmp_path, other, [point(1024, 1024, 1024, "rowwise", kernel=1.0)])
     [pair] = pair_with_baseline(load_results([tmp_path]))
     assert pair.run_id == "b" and pair.speedup == pytest.approx(2.0)
+
+
+def test_pairing_leaves_out_points_whose_profiler_session_lost_records(tmp_path):
+    lost = {"suspect": "38 device records is not a multiple of 5 iterations: the profiler lost records"}
+    points = [
+        point(1024, 1024, 1024, "bf16", kernel=3.0),
+        {**point(1024, 1024, 1024, "rowwise", kernel=2.0), "profiler": lost},  # float8 point suspect
+        {**point(1024, 1024, 2048, "bf16", kernel=3.0), "profiler": lost},  # baseline suspect
+        point(1024, 1024, 2048, "rowwise", kernel=2.0),
+        point(1024, 2048, 1024, "bf16", kernel=3.0, wall=1.0),
+        {**point(1024, 2048, 1024, "rowwise", kernel=1.0), "profiler": {"suspect": None}},  # checked, fine
+    ]
+    runs = load_results([write_run(tmp_path, header(), points)])
+    assert [(pair.K, pair.N) for pair in pair_with_baseline(runs)] == [(2048, 1024)]
+
+
+def test_fit_says_how_many_suspect_points_it_left_out(tmp_path):
+    from fp8advisor.fit import fit_profile
+
+    lost = {"suspect": "all 17 padding kernels lost: records of the timed iterations may be lost too"}
+    points = [
+        point(1024, 1024, 1024, "bf16", kernel=3.0),
+        point(1024, 1024, 1024, "rowwise", kernel=2.0),
+        point(1024, 1024, 2048, "bf16", kernel=3.0),
+        {**point(1024, 1024, 2048, "rowwise", kernel=2.0), "profiler": lost},
+    ]
+    report = fit_profile([write_run(tmp_path, header(), points)], created="2026-11-23")
+    assert [point.shape for point in report.profile.recipe("rowwise").points] == [(1024, 1024, 1024)]
+    assert any("1 point(s) left out" in note and "padding kernels lost" in note for note in report.notes)
+
+
+def test_a_suspect_point_is_not_done_so_the_next_sweep_measures_it_again(tmp_path):
+    from fp8advisor.fit import measurements_from_runs
+
+    lost = {"suspect": "38 device records is not a multiple of 5 iterations: the profiler lost records"}
+    first = [
+        point(1024, 1024, 1024, "bf16", kernel=3.0),
+        {**point(1024, 1024, 1024, "rowwise", kernel=9.0), "profiler": lost},
+    ]
+    write_run(tmp_path, header("a", "2026-11-22T10:00:00Z"), first)
+    assert done_keys(resumable_runs(tmp_path, header("x"))) == {(1024, 1024, 1024, "bf16")}
+    write_run(tmp_path, header("b", "2026-11-22T11:00:00Z"), [point(1024, 1024, 1024, "rowwise", kernel=2.0)])
+    runs = load_results([tmp_path])
+    [pair] = pair_with_baseline(runs)
+    assert pair.speedup == pytest.approx(1.5) and pair.run_id == "b"  # the later, whole measurement
+    [measurements] = measurements_from_runs(runs)
+    assert measurements.notes == ()  # measured again: nothing is left out

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
+import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -87,11 +90,48 @@ def render_heatmaps(runs) -> None:
         console.print(Columns(tables, padding=(0, 2)))
 
 
+def _resume_command() -> str:
+    """The command line this process was started with, as the user would type it again."""
+    program = ["fp8advisor"]
+    if Path(sys.argv[0]).name == "__main__.py":  # python -m fp8advisor (a checkout on PYTHONPATH)
+        program = [Path(sys.executable).name, "-m", "fp8advisor"]
+    return shlex.join([*program, *sys.argv[1:]])
+
+
+def _scope(summary) -> str:
+    """'grid 'default'' or 'shard 2/4 of grid 'default''."""
+    grid = f"grid {summary.grid.name!r}"
+    return f"shard {summary.shard} of {grid}" if summary.shard else grid
+
+
+def _print_compiles(summary) -> None:
+    """Where the timing process's compiles came from, and pre-compilations that did not happen."""
+    compiled = [record for record in summary.records if record.get("compile")]
+    if compiled:
+        cold = summary.cold_compiles
+        style = "yellow" if cold else "green"
+        console.print(
+            f"compiles in the timing process: [{style}]{cold} cold[/] (inductor compiled from scratch), "
+            f"{len(compiled) - cold} from cache; "
+            f"{sum(record['compile']['seconds'] for record in compiled):.0f} s in all"
+        )
+    if summary.not_precompiled:
+        (M, K, N, recipe), reason = next(iter(summary.not_precompiled.items()))
+        console.print(
+            f"[yellow]not pre-compiled[/]: {len(summary.not_precompiled)} point(s), e.g. "
+            f"M={M} K={K} N={N} {recipe}: {reason}",
+            soft_wrap=True,
+        )
+
+
 def _print_summary(summary, emulate: bool) -> None:
     records = summary.records
     if summary.path is None:
+        if summary.total_points == 0:
+            console.print(f"nothing to measure: {_scope(summary)} has no points")
+            return
         console.print(
-            f"nothing to measure: all {summary.total_points} points of grid {summary.grid.name!r} are "
+            f"nothing to measure: all {summary.total_points} points of {_scope(summary)} are "
             f"already saved ({', '.join(summary.resumed_from)})"
         )
         return
@@ -101,6 +141,16 @@ def _print_summary(summary, emulate: bool) -> None:
         f"[red]{summary.failed} failed[/]; {summary.skipped_points} already saved{resumed}"
     )
     console.print(f"results: {summary.path}")
+    _print_compiles(summary)
+    suspect = summary.suspect
+    if suspect:
+        first = suspect[0]
+        console.print(
+            f"[yellow]suspect kernel time[/] for {len(suspect)} point(s), left out by `fit` (e.g. "
+            f"M={first['M']} K={first['K']} N={first['N']} {first['recipe']}: "
+            f"{first['profiler']['suspect']})",
+            soft_wrap=True,
+        )
     failed = [record for record in records if record["status"] == "failed"]
     for record in failed[:10]:
         console.print(
@@ -161,14 +211,47 @@ def bench(
             "--compile-workers", help="Processes pre-compiling graphs before timing (default: cores - 2)."
         ),
     ] = None,
+    compile_timeout: Annotated[
+        float,
+        typer.Option(
+            "--compile-timeout",
+            help="Seconds a compile worker may spend on one configuration before it is killed (the point "
+            "then compiles in the timing process).",
+        ),
+    ] = 300.0,
+    time_budget: Annotated[
+        float | None,
+        typer.Option(
+            "--time-budget",
+            help="Seconds this command may run: no point starts that would not finish inside it; what is "
+            "measured is saved and the same command resumes. E.g. 540 under a 10-minute job limit.",
+        ),
+    ] = None,
+    shard: Annotated[
+        str | None,
+        typer.Option(
+            "--shard",
+            help="I/N: measure only the I-th of N deterministic slices of the grid (one per GPU or machine); "
+            "`fit` merges the results.",
+        ),
+    ] = None,
     png: Annotated[bool, typer.Option("--png/--no-png", help="Also write the heatmaps as a PNG.")] = True,
 ) -> None:
     """Measure float8 against bf16 on this GPU over a grid of (M, K, N): torchao's LayerNorm-Linear-Sigmoid
-    block, forward + backward, under torch.compile. Results go to --out as JSON Lines; Ctrl-C stops cleanly
-    and the same command resumes."""
+    block, forward + backward, under torch.compile. Results go to --out as JSON Lines; Ctrl-C stops cleanly,
+    --time-budget stops in time, and the same command resumes."""
+    started = time.monotonic()
     from fp8advisor.bench import BenchSettings, SweepInterrupted, make_grid, run_sweep
     from fp8advisor.device import require_fp8_gpu
+    from fp8advisor.schedule import Shard, check_time_budget
 
+    chosen_shard = Shard.parse(shard) if shard is not None else None
+    check_time_budget(time_budget)
+    if not compile_timeout > 0:
+        raise AdvisorError(
+            f"--compile-timeout must be a positive number of seconds, got {compile_timeout}",
+            hint="e.g. --compile-timeout 300",
+        )
     if not emulate:
         require_fp8_gpu()  # exit 2 with a clear message before anything else happens
     chosen = make_grid(
@@ -179,10 +262,16 @@ def bench(
         recipes=_names(recipes),
         emulate=emulate,
     )
-    settings = BenchSettings(emulate=emulate, compile_workers=compile_workers)
+    settings = BenchSettings(
+        emulate=emulate, compile_workers=compile_workers, compile_timeout_s=compile_timeout
+    )
+    extras = [f"shard {chosen_shard}"] if chosen_shard else []
+    extras += [f"time budget {time_budget:.0f} s"] if time_budget is not None else []
     console.print(
         f"grid [bold]{chosen.name}[/]: {len(chosen.shapes)} shape(s) x {len(chosen.recipes)} configurations "
-        f"({', '.join(chosen.recipes)}) -> {out}" + ("  [yellow](emulated on the CPU)[/]" if emulate else "")
+        f"({', '.join(chosen.recipes)}) -> {out}"
+        + (f" ({', '.join(extras)})" if extras else "")
+        + ("  [yellow](emulated on the CPU)[/]" if emulate else "")
     )
     progress = Progress(
         TextColumn("{task.description:<12}"),
@@ -204,7 +293,15 @@ def bench(
 
     try:
         with progress:
-            summary = run_sweep(chosen, out, settings, on_progress=on_progress)
+            summary = run_sweep(
+                chosen,
+                out,
+                settings,
+                shard=chosen_shard,
+                time_budget_s=time_budget,
+                started=started,
+                on_progress=on_progress,
+            )
     except SweepInterrupted as interrupted:
         summary = interrupted.summary
         err_console.print(
@@ -213,6 +310,14 @@ def bench(
         )
         raise typer.Exit(130) from None
     _print_summary(summary, emulate)
+    if summary.stopped_by_budget:
+        console.print(
+            f"[bold yellow]time budget[/]: stopped after {summary.elapsed_s:.0f} of {time_budget:.0f} s, "
+            f"before a point that would not have finished in time; {summary.saved_points} of "
+            f"{summary.total_points} points of {_scope(summary)} are saved, {summary.left_points} left. "
+            f"Resume with the same command:\n  {_resume_command()}",
+            soft_wrap=True,
+        )
     if not summary.runs:
         return
     render_heatmaps(summary.runs)

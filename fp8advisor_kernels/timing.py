@@ -19,6 +19,7 @@ import functools
 from collections.abc import Callable
 
 import torch
+
 from fp8advisor_kernels.bandwidth import copy, copy_bytes_moved
 from fp8advisor_kernels.quantize import quantize_rowwise, quantize_tensorwise
 
@@ -39,6 +40,21 @@ def do_bench_seconds(
         fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grad_to_none, quantiles=[0.5, 0.2, 0.8]
     )
     return {"median": median / 1e3, "p20": p20 / 1e3, "p80": p80 / 1e3}
+
+
+def do_bench_samples(
+    fn: Callable[[], object],
+    *,
+    warmup_ms: float = 25,
+    rep_ms: float = 100,
+    grad_to_none: list[torch.Tensor] | None = None,
+) -> list[float]:
+    """Every timed call of `fn`, in seconds, via `triton.testing.do_bench` (return_mode "all"): how many
+    there were is the caller's to check (do_bench times int(rep / estimated call time) calls, at least 1)."""
+    from triton.testing import do_bench
+
+    times_ms = do_bench(fn, warmup=warmup_ms, rep=rep_ms, grad_to_none=grad_to_none, return_mode="all")
+    return [time_ms / 1e3 for time_ms in times_ms]
 
 
 def measure_bandwidth(*, buffer_bytes: int = 1 << 30, device: str = "cuda") -> float:
@@ -173,6 +189,9 @@ def gemm_times(
 
 #: The casts each recipe makes in one forward + backward: (tensor, scaling dim or None for tensorwise).
 #: tensor is "input" (M, K), "weight" (N, K) or "grad_output" (M, N); dim -1 scales along the last axis.
+#: As torchao's `Float8LinearConfig.from_recipe_name` sets them: rowwise_with_gw_hp scales input, weight and
+#: grad_output per row for the output and grad_input GEMMs, casts the weight *tensorwise* for grad_input
+#: (`cast_config_weight_for_grad_input`), and keeps the grad_weight GEMM in bf16 (no cast).
 RECIPE_CASTS: dict[str, tuple[tuple[str, int | None], ...]] = {
     "tensorwise": (("input", None), ("weight", None), ("grad_output", None)),
     "rowwise": (
@@ -183,7 +202,7 @@ RECIPE_CASTS: dict[str, tuple[tuple[str, int | None], ...]] = {
         ("grad_output", -1),
         ("grad_output", 0),
     ),
-    "rowwise_with_gw_hp": (("input", -1), ("weight", -1), ("weight", 0), ("grad_output", -1)),
+    "rowwise_with_gw_hp": (("input", -1), ("weight", -1), ("weight", None), ("grad_output", -1)),
 }
 
 
@@ -212,6 +231,7 @@ __all__ = [
     "RECIPE_CASTS",
     "bf16_gemm_seconds",
     "cast_times",
+    "do_bench_samples",
     "do_bench_seconds",
     "fp8_gemm_seconds",
     "gemm_times",

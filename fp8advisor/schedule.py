@@ -1,0 +1,199 @@
+"""Which points a sweep measures, in what order, and when it stops: shards, batches and the time budget.
+
+- **Order.** Largest shape first (by M*K*N), each shape's configurations together with bf16 first. So the
+  longest point of a recipe comes early, and "the longest so far" is a safe estimate of the next one.
+- **Shards.** `--shard I/N` takes a deterministic slice of the grid's shapes (all of a shape's recipes stay
+  together): shapes ordered by size are dealt to the N shards back and forth (1..N, N..1, ...), so the shards
+  get similar work. N commands, GPUs or machines with I = 1..N cover the grid exactly once; their results
+  merge in `fit` (and in one `--out`, where they resume each other).
+- **Batches.** The sweep alternates pre-compiling a batch (workers, in parallel) and measuring it (alone on
+  the GPU), so that a time budget is checked before each batch and each point, and a cut costs at most one
+  batch of pre-compilation. Shapes are dealt to the batches by size like the shards, so that each batch
+  mixes large and small shapes (the workers share the GPU's memory) and the first holds the largest.
+- **Time budget.** A point starts only if the time used, the point's estimate and `FINISH_RESERVE_S` (the
+  summary and heatmaps) fit in the budget. The estimate is the longest point measured so far of the same
+  recipe and compile state (pre-compiled by a worker or not), in this run or the earlier runs it resumes;
+  with no such point, the longest of any recipe in that state; with none in that state, the longest point
+  (plus `FIRST_POINT_ESTIMATE_S` for a cold compile when only pre-compiled points were seen); with none at
+  all, `FIRST_POINT_ESTIMATE_S`. Pre-compilation stops at the deadline that still leaves room for the
+  batch's first point.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from fp8advisor.errors import AdvisorError
+
+#: Seconds kept at the end of a budget for what follows the last point: the summary, heatmaps and PNG.
+FINISH_RESERVE_S = 20.0
+#: The estimate of a point when nothing has been measured yet: a cold compile of a float8 forward + backward
+#: (tens of seconds of CPU) and the largest default shape's timing windows.
+FIRST_POINT_ESTIMATE_S = 60.0
+
+
+def shape_size(shape: tuple[int, int, int]) -> int:
+    M, K, N = shape
+    return M * K * N
+
+
+def sweep_order(points: Sequence) -> list:
+    """Largest shape first, a shape's configurations together in their given order (bf16 first)."""
+    recipe_rank = {}
+    for point in points:
+        recipe_rank.setdefault(point.recipe, len(recipe_rank))
+    return sorted(points, key=lambda p: (-shape_size(p.shape), p.shape, recipe_rank[p.recipe]))
+
+
+def deal(items: Sequence, count: int) -> list[list]:
+    """`items` (largest first) dealt to `count` hands back and forth (1..count, count..1, ...), so that the
+    hands get similar work and the first holds the largest."""
+    hands: list[list] = [[] for _ in range(count)]
+    for position, item in enumerate(items):
+        lap, offset = divmod(position, count)
+        hands[offset if lap % 2 == 0 else count - 1 - offset].append(item)
+    return hands
+
+
+def batches(points: Sequence, configurations: int) -> list[list]:
+    """`points` in batches of whole shapes, about `configurations` each, each batch in sweep order.
+
+    Shapes are dealt to the batches by size (`deal`), so that every batch mixes large and small shapes: the
+    pre-compiling workers share the GPU's memory, and a batch of nothing but 32768-wide shapes would let only
+    two or three of them compile at once. The first batch holds the largest shape, so the time budget's
+    estimates (the longest point so far) are set by it.
+    """
+    ordered = sweep_order(points)
+    shapes = list(dict.fromkeys(point.shape for point in ordered))
+    count = max(1, min(len(shapes), -(-len(ordered) // max(1, configurations))))
+    batch_of = {shape: index for index, hand in enumerate(deal(shapes, count)) for shape in hand}
+    cut: list[list] = [[] for _ in range(count)]
+    for point in ordered:
+        cut[batch_of[point.shape]].append(point)
+    return [batch for batch in cut if batch]
+
+
+# --- shards -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard `index` (1-based) of `count`."""
+
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+        if not match or not 1 <= int(match.group(1)) <= int(match.group(2)):
+            raise AdvisorError(
+                f"--shard takes I/N with 1 <= I <= N, got {text!r}",
+                hint="e.g. --shard 2/4 runs the second of four slices of the grid",
+            )
+        return cls(int(match.group(1)), int(match.group(2)))
+
+    def shapes(self, shapes: Iterable[tuple[int, int, int]]) -> set[tuple[int, int, int]]:
+        """The shapes of this shard: by size (largest first), dealt back and forth over the shards."""
+        ordered = sorted(set(shapes), key=lambda shape: (-shape_size(shape), shape))
+        return set(deal(ordered, self.count)[self.index - 1])
+
+    def select(self, points: Sequence) -> list:
+        mine = self.shapes(point.shape for point in points)
+        return [point for point in points if point.shape in mine]
+
+    def to_json(self) -> dict:
+        return {"index": self.index, "count": self.count}
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+# --- the time budget ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class DurationEstimator:
+    """Seconds the next point will take, from the points measured so far (see the module docstring)."""
+
+    first_point_s: float = FIRST_POINT_ESTIMATE_S
+    #: (recipe, precompiled) -> the longest duration seen
+    longest: dict[tuple[str, bool], float] = field(default_factory=dict)
+
+    def observe(self, recipe: str, precompiled: bool, seconds: float) -> None:
+        key = (recipe, precompiled)
+        self.longest[key] = max(seconds, self.longest.get(key, 0.0))
+
+    def observe_records(self, records: Iterable[dict]) -> None:
+        """Seed from earlier runs' point records (those that say how long they took)."""
+        for record in records:
+            seconds = record.get("duration_s")
+            if isinstance(seconds, int | float) and seconds > 0:
+                self.observe(str(record.get("recipe")), record.get("precompiled") == "ok", seconds)
+
+    def estimate(self, recipe: str, precompiled: bool) -> float:
+        if (recipe, precompiled) in self.longest:
+            return self.longest[(recipe, precompiled)]
+        same_state = [seconds for (_, state), seconds in self.longest.items() if state == precompiled]
+        if same_state:
+            return max(same_state)
+        if not precompiled and self.longest:
+            # only pre-compiled points seen: this one also compiles cold
+            return max(self.longest.values()) + self.first_point_s
+        return max([self.first_point_s, *self.longest.values()])
+
+
+def check_time_budget(seconds: float | None) -> None:
+    """`AdvisorError` (exit 2) unless `seconds` is None (no limit) or a positive number."""
+    if seconds is not None and not seconds > 0:
+        raise AdvisorError(
+            f"--time-budget must be a positive number of seconds, got {seconds}",
+            hint="e.g. --time-budget 540 for a 10-minute job limit",
+        )
+
+
+@dataclass
+class TimeBudget:
+    """`seconds` of wall time from `started` (a `clock` reading); None = no limit."""
+
+    seconds: float | None
+    started: float
+    clock: Callable[[], float] = time.monotonic
+    reserve_s: float = FINISH_RESERVE_S
+
+    def __post_init__(self) -> None:
+        check_time_budget(self.seconds)
+
+    @property
+    def limited(self) -> bool:
+        return self.seconds is not None
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    def allows(self, estimate_s: float) -> bool:
+        """Whether something expected to take `estimate_s` finishes inside the budget (with the reserve)."""
+        return self.seconds is None or self.elapsed() + estimate_s + self.reserve_s <= self.seconds
+
+    def deadline(self, keep_s: float) -> float | None:
+        """The clock reading by which to stop a phase so that `keep_s` and the reserve still fit."""
+        if self.seconds is None:
+            return None
+        return self.started + self.seconds - self.reserve_s - keep_s
+
+
+__all__ = [
+    "FINISH_RESERVE_S",
+    "FIRST_POINT_ESTIMATE_S",
+    "DurationEstimator",
+    "Shard",
+    "TimeBudget",
+    "batches",
+    "check_time_budget",
+    "deal",
+    "shape_size",
+    "sweep_order",
+]

@@ -1,0 +1,81 @@
+"""The pre-compiling worker pool: largest first, a hung worker killed, a dead one noticed, deadlines kept."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _bench_helpers import hanging_compile, misbehaving_compile  # noqa: E402
+
+from fp8advisor.bench import BenchPoint, BenchSettings  # noqa: E402
+from fp8advisor.precompile import Precompiler, estimated_peak_bytes, submission_order  # noqa: E402
+
+SETTINGS = BenchSettings(emulate=True)
+
+
+def test_largest_configurations_are_submitted_first():
+    points = [BenchPoint(1024, 1024, 1024, "bf16"), BenchPoint(32768, 32768, 32768, "bf16")]
+    points.append(BenchPoint(1024, 1024, 1024, "rowwise"))  # float8 copies: more memory than its bf16
+    assert submission_order(points) == [points[1], points[2], points[0]]
+
+
+def test_memory_estimate_grows_with_the_shape_and_float8_copies():
+    small, large = BenchPoint(1024, 1024, 1024, "bf16"), BenchPoint(32768, 32768, 32768, "bf16")
+    assert estimated_peak_bytes(large) > estimated_peak_bytes(small)
+    assert estimated_peak_bytes(BenchPoint(1024, 1024, 1024, "rowwise")) > estimated_peak_bytes(small)
+
+
+@pytest.mark.slow
+def test_a_hung_worker_is_killed_and_a_dead_one_noticed_and_the_rest_compile():
+    points = [BenchPoint(64, K, 32, "bf16") for K in (32, 48, 16, 80, 96)]
+    outcomes = {}
+    started = time.monotonic()
+    with Precompiler(2, SETTINGS, timeout_s=4.0, task=misbehaving_compile) as pool:
+        pool.run(points, lambda point, reason: outcomes.setdefault(point.K, reason))
+        processes = [worker.process for worker in pool._workers]
+    assert time.monotonic() - started < 60  # not the hour the hung worker would sleep
+    assert outcomes[32] is None and outcomes[96] is None
+    assert outcomes[48].startswith("timed out after 4 s")
+    assert "died (exit code 3)" in outcomes[16]
+    assert outcomes[80] == "ValueError: boom"
+    assert not any(process.is_alive() for process in processes)  # closed: nothing left running
+
+
+@pytest.mark.slow
+def test_at_the_deadline_busy_workers_are_killed_and_every_point_is_reported():
+    points = [BenchPoint(64, K, 32, "bf16") for K in (32, 48, 64)]
+    outcomes = {}
+    with Precompiler(2, SETTINGS, timeout_s=600.0, task=hanging_compile) as pool:
+        started = time.monotonic()
+        pool.run(points, lambda point, reason: outcomes.setdefault(point.K, reason), deadline=started + 2.0)
+        assert time.monotonic() - started < 15
+        assert not any(worker.point is not None for worker in pool._workers)
+    assert sorted(outcomes) == [32, 48, 64]
+    assert all("time budget" in reason for reason in outcomes.values())
+
+
+@pytest.mark.slow
+def test_a_worker_that_died_while_idle_is_replaced():
+    points = [BenchPoint(64, K, 32, "bf16") for K in (32, 64, 96)]
+    outcomes = {}
+    with Precompiler(1, SETTINGS, timeout_s=60.0, task=misbehaving_compile) as pool:
+        pool.run(points[:1], lambda point, reason: outcomes.setdefault(point.K, reason))
+        [idle] = pool._workers
+        idle.process.kill()  # e.g. the OOM killer, between two batches
+        idle.process.join()
+        pool.run(points[1:], lambda point, reason: outcomes.setdefault(point.K, reason))
+    assert outcomes == {32: None, 64: None, 96: None}
+
+
+def test_workers_that_never_get_ready_are_given_up(monkeypatch):
+    from fp8advisor import precompile
+
+    monkeypatch.setattr(precompile, "STARTUP_TIMEOUT_S", 0.0)  # nobody starts that fast
+    outcomes = {}
+    with Precompiler(2, SETTINGS, timeout_s=60.0, task=misbehaving_compile) as pool:
+        pool.run([BenchPoint(64, 32, 32, "bf16")], lambda point, reason: outcomes.setdefault(point.K, reason))
+    assert "fail to start" in outcomes[32]
