@@ -1,7 +1,8 @@
 """Which points a sweep measures, in what order, and when it stops: shards, batches and the time budget.
 
-- **Order.** Largest shape first (by M*K*N), each shape's configurations together with bf16 first. So the
-  longest point of a recipe comes early, and "the longest so far" is a safe estimate of the next one.
+- **Order.** Largest shape first (by M*K*N), each shape's configurations together with bf16 first; with
+  batches (below), largest first within each batch, the first batch holding the largest shape. So the
+  longest point of a recipe comes first, and "the longest so far" is a safe estimate of the next one.
 - **Shards.** `--shard I/N` takes a deterministic slice of the grid's shapes (all of a shape's recipes stay
   together): shapes ordered by size are dealt to the N shards back and forth (1..N, N..1, ...), so the shards
   get similar work. N commands, GPUs or machines with I = 1..N cover the grid exactly once; their results
@@ -166,10 +167,6 @@ class TimeBudget:
 
     def __post_init__(self) -> None:
         check_time_budget(self.seconds)
-
-    @property
-    def limited(self) -> bool:
-        return self.seconds is not None
 
     def elapsed(self) -> float:
         return self.clock() - self.started

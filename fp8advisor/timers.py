@@ -9,9 +9,10 @@ The checks:
 - **Profiler records that are not silently lost.** CUPTI from CUDA 12.6 update 2 to 13.0 drops the first k
   kernel records of the k-th profiler session in a process (pytorch issue 192021, fixed in CUPTI 13.1);
   a sweep opens one session per configuration. Each session therefore starts with k + `PAD_MARGIN` idle
-  `torch.cuda._sleep` kernels, which belong to no aten op, and a synchronize, so that what is lost is
-  padding. `summarize_profile` then checks that the session's device records (pads excluded) are a
-  multiple of the iteration count and that some padding survived; otherwise the point is marked suspect.
+  `torch.cuda._sleep` kernels (under an annotation of ours, `PAD_ANNOTATION`, whose row counts nowhere) and
+  a synchronize, so that what is lost is padding. `summarize_profile` then checks that the session's
+  device records (pads excluded) are a multiple of the iteration count, that some padding survived, and
+  that the rows hold no more device time than the kernels took; otherwise the point is marked suspect.
 - **Nothing dropped unseen.** The profiler rows torchao's filter drops (gradient accumulation, syncs,
   "Unrecognized", ...) keep their device time in the record, and so does device time no CPU row accounts
   for, so that a GEMM hiding there shows.
@@ -55,7 +56,8 @@ PAD_MARGIN = 16
 PAD_CYCLES = 1000
 #: The fewest calls the wall-clock window may hold.
 MIN_WALL_ITERATIONS = 5
-#: Device time (seconds per iteration) below which unattributed time is rounding, not a lost kernel.
+#: Device time (seconds per iteration) by which the rows may exceed the kernels' own time (rounding) before
+#: the excess counts as time counted twice.
 ATTRIBUTION_TOLERANCE_S = 1e-7
 
 _PROFILER_THRESHOLD_US = 1e-10  # torchao's "> 0" test on profiler times
