@@ -99,14 +99,12 @@ def kernel_tests(log: Log) -> None:
     log.check(completed.returncode == 0, f"GPU kernel tests: exit {completed.returncode}")
 
 
-def session_records(pad: bool) -> int:
-    """Device records (padding excluded) of one profiler session of DRIFT_KERNELS small matmuls."""
+def session_records(a, pad: bool) -> int:
+    """Device records (padding excluded) of one profiler session of DRIFT_KERNELS matmuls of `a` by itself."""
     import torch
 
     from fp8advisor.timers import padded_profile
 
-    a = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
-    torch.cuda.synchronize()
     with padded_profile(pad=pad) as session:
         for _ in range(DRIFT_KERNELS):
             torch.mm(a, a)
@@ -120,8 +118,8 @@ def drift(log: Log) -> None:
     a = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
     torch.mm(a, a)  # cuBLAS handle and workspace before the first session
     torch.cuda.synchronize()
-    unpadded = [session_records(pad=False) for _ in range(DRIFT_SESSIONS)]
-    padded = [session_records(pad=True) for _ in range(DRIFT_SESSIONS)]
+    unpadded = [session_records(a, pad=False) for _ in range(DRIFT_SESSIONS)]
+    padded = [session_records(a, pad=True) for _ in range(DRIFT_SESSIONS)]
     log(f"records per session of {DRIFT_KERNELS} matmuls (each one kernel or more):")
     log(f"  without padding: {unpadded}")
     log(f"  with padding:    {padded}")

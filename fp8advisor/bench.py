@@ -583,7 +583,7 @@ class SweepSummary:
     @property
     def suspect(self) -> list[dict]:
         """Points of this run whose profiler session may have lost records."""
-        return [record for record in self.records if (record.get("profiler") or {}).get("suspect")]
+        return [record for record in self.records if results_store.suspect_reason(record)]
 
 
 class SweepInterrupted(Exception):

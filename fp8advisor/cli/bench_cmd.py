@@ -142,13 +142,15 @@ def _print_summary(summary, emulate: bool) -> None:
     )
     console.print(f"results: {summary.path}")
     _print_compiles(summary)
+    from fp8advisor.results import suspect_reason
+
     suspect = summary.suspect
     if suspect:
         first = suspect[0]
         console.print(
             f"[yellow]suspect kernel time[/] for {len(suspect)} point(s), left out by `fit` (e.g. "
             f"M={first['M']} K={first['K']} N={first['N']} {first['recipe']}: "
-            f"{first['profiler']['suspect']})",
+            f"{suspect_reason(first)})",
             soft_wrap=True,
         )
     failed = [record for record in records if record["status"] == "failed"]
