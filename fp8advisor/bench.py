@@ -60,6 +60,7 @@ from pathlib import Path
 from fp8advisor import compat
 from fp8advisor import results as results_store
 from fp8advisor.errors import AdvisorError
+from fp8advisor.files import DirectoryLock, check_output_directory
 from fp8advisor.recipes import ALL_RECIPES, BASELINE, parse_recipe
 from fp8advisor.schedule import DurationEstimator, Shard, TimeBudget, batches, sweep_order
 from fp8advisor.timers import CompileRecord, CpuTimer, CudaTimer, ProfileSummary, Timer
@@ -557,6 +558,9 @@ class SweepSummary:
     stopped_by_budget: bool = False
     #: Points whose pre-compilation failed, timed out or was cut, with the reason.
     not_precompiled: dict[results_store.PointKey, str] = field(default_factory=dict)
+    #: Earlier results files and lines the resume could not read ("file:line: why"); their points are
+    #: measured again.
+    unreadable: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> int:
@@ -614,15 +618,26 @@ def run_sweep(
     a new run file; with `time_budget_s`, stop before a point that would not finish inside the budget,
     counted from `started` (a `clock` reading; default: now).
 
-    Raises `DeviceError` without an FP8-capable GPU (unless emulating) and `SweepInterrupted` on Ctrl-C.
+    Raises `DeviceError` without an FP8-capable GPU (unless emulating), `AdvisorError` when `out_dir` cannot
+    be written or another sweep is writing to it (`DirectoryLock`), and `SweepInterrupted` on Ctrl-C.
     """
-    from fp8advisor.device import describe_device, require_fp8_gpu, software_versions
+    from fp8advisor.device import require_fp8_gpu
 
     budget = TimeBudget(time_budget_s, clock() if started is None else started, clock)
-    progress = on_progress or (lambda stage, completed, total, description: None)
     if not settings.emulate:
         require_fp8_gpu()
     out_dir = Path(out_dir)
+    check_output_directory(out_dir)
+    # One sweep per directory at a time: two would both measure the points neither has saved yet.
+    with DirectoryLock(out_dir, what="bench"):
+        return _run_locked(grid, out_dir, settings, shard, time_budget_s, budget, on_progress, on_point)
+
+
+def _run_locked(grid, out_dir, settings, shard, time_budget_s, budget, on_progress, on_point) -> SweepSummary:
+    """`run_sweep`'s work, with `out_dir` locked: read what is saved, measure the rest into a new run file."""
+    from fp8advisor.device import describe_device, software_versions
+
+    progress = on_progress or (lambda stage, completed, total, description: None)
     header = results_store.make_header(
         run_id=results_store.new_run_id(),
         started=results_store.utc_now(),
@@ -633,7 +648,8 @@ def run_sweep(
         shard=shard.to_json() if shard else None,
         time_budget_s=time_budget_s,
     )
-    earlier = results_store.resumable_runs(out_dir, header)
+    unreadable: list[str] = []
+    earlier = results_store.resumable_runs(out_dir, header, unreadable)
     done = results_store.done_keys(earlier)
     points = shard.select(grid.points()) if shard else grid.points()
     pending = sweep_order([point for point in points if point.key not in done])
@@ -647,6 +663,7 @@ def run_sweep(
         resumed_from=[run.run_id for run in earlier],
         shard=shard,
         time_budget_s=time_budget_s,
+        unreadable=unreadable,
     )
     if not pending:
         summary.elapsed_s = budget.elapsed()

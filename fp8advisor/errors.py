@@ -6,10 +6,33 @@ otherwise); no traceback unless `--debug`. Library callers catch them like any e
 
 from __future__ import annotations
 
+import reprlib
 from enum import Enum
 from typing import Any, TypeVar
 
 _Choice = TypeVar("_Choice", bound=Enum)
+
+#: The most characters of a message (or of a hint) an error shows: a value quoted from a bad file can be
+#: arbitrarily large (a YAML alias bomb expands to hundreds of megabytes).
+MAX_MESSAGE_CHARS = 600
+
+
+def clip(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """`text` cut to `limit` characters, saying how many were left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+_QUOTE = reprlib.Repr()  # attributes, not keyword arguments: those need Python 3.12
+_QUOTE.maxlevel, _QUOTE.maxstring, _QUOTE.maxother = 2, 80, 80
+_QUOTE.maxlist = _QUOTE.maxtuple = _QUOTE.maxset = _QUOTE.maxdict = 6
+
+
+def quote(value: Any) -> str:
+    """A short `repr` of a value from the user's input for an error message: nested containers and long
+    strings are abbreviated while the text is built, so even a huge value costs nothing to quote."""
+    return clip(_QUOTE.repr(value), 300)
 
 
 class AdvisorError(Exception):
@@ -18,6 +41,7 @@ class AdvisorError(Exception):
     exit_code = 2
 
     def __init__(self, message: str, *, hint: str | None = None, location: str | None = None):
+        message, hint = clip(message), clip(hint, 2 * MAX_MESSAGE_CHARS) if hint is not None else None
         super().__init__(message)
         self.message = message
         self.hint = hint

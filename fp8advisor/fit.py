@@ -130,7 +130,7 @@ def measurements_from_runs(runs: Sequence) -> list[Measurements]:
     same shape in a run of the same setup, by GPU kernel time (wall time only where a run has no kernel times,
     as emulated runs). Failed points (out of memory, compile errors) have no time and are simply left out.
     """
-    from fp8advisor.results import pair_with_baseline, point_key, setup_key, suspect_reason
+    from fp8advisor.results import pair_with_baseline, point_key, setup_key, suspect_reason, unreadable_lines
 
     by_setup: dict[tuple, list] = defaultdict(list)
     for run in runs:
@@ -166,10 +166,13 @@ def measurements_from_runs(runs: Sequence) -> list[Measurements]:
             for point in run.points
             if suspect_reason(point) and point_key(point) not in remeasured
         ]
-        notes = ()
+        notes: tuple[str, ...] = ()
+        unreadable = unreadable_lines([problem for run in group for problem in run.problems])
+        if unreadable:
+            notes += (unreadable,)
         if suspect:
             first = suspect[0]
-            notes = (
+            notes += (
                 f"{len(suspect)} point(s) left out: their profiler session may have lost records (e.g. "
                 f"M={first['M']} K={first['K']} N={first['N']} {first['recipe']}: {suspect_reason(first)}); "
                 "the same bench command measures them again",

@@ -373,7 +373,7 @@ def _run_forward(loaded, inputs, parameters_by_storage: dict, linears: list, deb
     import torch
 
     from fp8advisor.errors import ModelInputsError, TargetError
-    from fp8advisor.target import describe_error, redirect_devices
+    from fp8advisor.target import describe_error, redirect_devices, running_user_code
 
     model = loaded.model
     active: list = []
@@ -403,7 +403,12 @@ def _run_forward(loaded, inputs, parameters_by_storage: dict, linears: list, deb
     # fast path that multiplies its weights inside one op, out of the recorder's sight.
     model.train()
     try:
-        with torch.no_grad(), redirect_devices(loaded.device), recorder:
+        with (
+            running_user_code(loaded.source_file, f"running the forward on {inputs.how}"),
+            torch.no_grad(),
+            redirect_devices(loaded.device),
+            recorder,
+        ):
             model(*inputs.args, **inputs.kwargs)
     except _TracingStopped as error:
         what = _DATA_DEPENDENT_WORDS.get(error.op, f"data-dependent aten.{error.op}")
@@ -444,17 +449,41 @@ def _run_forward(loaded, inputs, parameters_by_storage: dict, linears: list, deb
     return calls, module_calls, module_rows, stopped
 
 
+#: The most tokens per step (batch x seq) `layers` accepts: far beyond any GPU step, and far inside int64
+#: element counts (M x K of the widest layer).
+MAX_TOKENS = 2**31
+
+
+def check_tokens(batch: int, seq: int) -> None:
+    """A `TargetError` unless batch and seq are positive and batch x seq is at most `MAX_TOKENS`."""
+    from fp8advisor.errors import TargetError
+
+    if batch < 1 or seq < 1:
+        raise TargetError(f"batch and seq must be positive (got batch {batch}, seq {seq})")
+    if batch * seq > MAX_TOKENS:
+        raise TargetError(
+            f"batch {batch} x seq {seq} = {batch * seq} tokens per step is more than {MAX_TOKENS}",
+            hint="give the batch and sequence length of one GPU's step",
+        )
+
+
 def inspect_loaded(loaded, *, batch: int = 1, seq: int = 8192, debug: bool = False) -> ModelLayers:
     """Inspect a model already built by `fp8advisor.target.load_model` (on the meta device for speed)."""
     from torch import nn
 
     from fp8advisor.errors import TargetError
 
-    if batch < 1 or seq < 1:
-        raise TargetError(f"batch and seq must be positive (got batch {batch}, seq {seq})")
+    check_tokens(batch, seq)
     model = loaded.model
     spec = loaded.spec
     target_text = spec.text
+    if isinstance(model, nn.Linear):
+        raise TargetError(
+            "the model is a single nn.Linear: a layer with no name (FQN ''), which no filter_fqns "
+            "entry can name",
+            location=str(loaded.source_file) if loaded.source_file else None,
+            hint="build the model the way training holds it (e.g. nn.Sequential(linear)) and point at that",
+        )
     notes: list[str] = [f"built by {loaded.built_by}"]
 
     modules = list(model.named_modules())  # deduplicated: each module once, under its first name

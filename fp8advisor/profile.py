@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fp8advisor.errors import ProfileError
+from fp8advisor.errors import ProfileError, quote
 from fp8advisor.paths import PROFILES_DIR
 from fp8advisor.recipes import Recipe
 from fp8advisor.roofline import GpuSpecs, gpu_family
@@ -75,6 +75,19 @@ class DeviceInfo:
         )
 
 
+_KIND_WORDS = {"name": "a string", "recipes": "an object", "device": "an object", "software": "an object"}
+
+#: The largest GEMM dimension a profile may hold (far beyond any layer).
+_MAX_SIZE = 2**40
+
+
+def _size(value: Any) -> int:
+    """A GEMM dimension from a profile: a positive integer (not a float, not a bool), else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= _MAX_SIZE:
+        raise ValueError(f"size {quote(value)} is not a positive integer")
+    return value
+
+
 @dataclass(frozen=True)
 class SpeedupPoint:
     """One measured shape: speedup = bf16 time / float8 time; the times when the source had them."""
@@ -101,9 +114,9 @@ class SpeedupPoint:
     @classmethod
     def from_json(cls, data: Mapping) -> SpeedupPoint:
         return cls(
-            M=int(data["M"]),
-            K=int(data["K"]),
-            N=int(data["N"]),
+            M=_size(data["M"]),
+            K=_size(data["K"]),
+            N=_size(data["N"]),
             speedup=float(data["speedup"]),
             bf16_time_s=None if data.get("bf16_time_s") is None else float(data["bf16_time_s"]),
             float8_time_s=None if data.get("float8_time_s") is None else float(data["float8_time_s"]),
@@ -250,6 +263,18 @@ class Profile:
                 hint=f"use one of: {', '.join(PROVENANCES)}",
                 location=where,
             )
+        for key, kind in (
+            ("name", str),
+            ("recipes", dict),
+            ("device", dict),
+            ("software", (dict, type(None))),
+        ):
+            if not isinstance(data.get(key), kind):
+                raise ProfileError(
+                    f"the profile's {key} is {quote(data.get(key))}, not {_KIND_WORDS[key]}",
+                    hint="regenerate it with `fp8advisor fit`",
+                    location=where,
+                )
         unknown = [name for name in data["recipes"] if name not in {r.value for r in Recipe}]
         if unknown:
             raise ProfileError(
@@ -271,6 +296,13 @@ class Profile:
                 hint="regenerate it with `fp8advisor fit`",
                 location=where,
             ) from None
+        problem = _figure_problem(recipes, roofline)
+        if problem is not None:
+            raise ProfileError(
+                f"{problem}: not a figure a profile can hold",
+                hint="regenerate the profile with `fp8advisor fit`",
+                location=where,
+            )
         for name, body in recipes.items():
             if len({point.shape for point in body.points}) != len(body.points):
                 raise ProfileError(
@@ -305,6 +337,42 @@ class Profile:
         )
 
 
+def _positive(value: float | None) -> bool:
+    return value is None or (math.isfinite(value) and value > 0)
+
+
+def _figure_problem(recipes: Mapping[str, RecipeProfile], roofline: GpuSpecs | None) -> str | None:
+    """The first figure of a profile that is negative, zero, NaN or infinite where it cannot be (times, rates,
+    errors, fractions), said as "WHERE = VALUE"; None when every figure is possible."""
+    for name, body in recipes.items():
+        for point in body.points:
+            for label, value in (("bf16_time_s", point.bf16_time_s), ("float8_time_s", point.float8_time_s)):
+                if not _positive(value):
+                    return f"recipe {name}: point {point.shape}: {label} = {value}"
+        error = body.error
+        if error is not None:
+            for label, value in (
+                ("median_relative_error", error.median_relative_error),
+                ("worst_relative_error", error.worst_relative_error),
+            ):
+                if not (math.isfinite(value) and value >= 0):
+                    return f"recipe {name}: error.{label} = {value}"
+            if not 0 <= error.sign_accuracy <= 1:
+                return f"recipe {name}: error.sign_accuracy = {error.sign_accuracy} (a fraction)"
+            if error.n < 0:
+                return f"recipe {name}: error.n = {error.n}"
+    if roofline is not None:
+        for label in ("bf16_flops", "fp8_flops", "bandwidth_bytes_per_s"):
+            if not _positive(getattr(roofline, label)):
+                return f"roofline.{label} = {getattr(roofline, label)}"
+        for label in ("gemm_efficiency", "bandwidth_efficiency"):
+            if not 0 < getattr(roofline, label) <= 1:
+                return f"roofline.{label} = {getattr(roofline, label)} (a fraction of the peak)"
+        if not (math.isfinite(roofline.kernel_floor_s) and roofline.kernel_floor_s >= 0):
+            return f"roofline.kernel_floor_s = {roofline.kernel_floor_s}"
+    return None
+
+
 def dumps_profile(profile: Profile) -> str:
     """The profile as deterministic JSON text: sorted keys, 2-space indent, trailing newline."""
     return json.dumps(profile.to_json(), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
@@ -312,36 +380,56 @@ def dumps_profile(profile: Profile) -> str:
 
 def save_profile(profile: Profile, path: str | Path) -> Path:
     """Write the profile (atomically: a temporary file renamed into place) and return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(dumps_profile(profile), encoding="utf-8")
-    os.replace(temporary, path)
-    return path
+    from fp8advisor.files import write_atomic
+
+    return write_atomic(path, dumps_profile(profile))
+
+
+def looks_like_profile(path: Path) -> bool:
+    """True when the file at `path` is a JSON object with this module's schema: a file `fit -o` may
+    replace."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("schema") == SCHEMA
 
 
 def _read_profile_file(path: Path) -> Profile:
+    hint = "profiles are JSON documents written by `fp8advisor fit`"
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise ProfileError(
-            f"cannot read profile: {error.strerror}", hint="check the path", location=str(path)
+            f"cannot read profile: {error.strerror or error}", hint="check the path", location=str(path)
         ) from None
+    except UnicodeDecodeError:
+        raise ProfileError("not a text file (binary or pickled?)", hint=hint, location=str(path)) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
         raise ProfileError(
-            f"not valid JSON: {error.msg} at line {error.lineno}",
-            hint="profiles are JSON documents written by `fp8advisor fit`",
-            location=str(path),
+            f"not valid JSON: {error.msg} at line {error.lineno}", hint=hint, location=str(path)
         ) from None
+    except RecursionError:
+        raise ProfileError("not a profile: JSON nested too deeply", hint=hint, location=str(path)) from None
     return Profile.from_json(data, path=path)
 
 
-def _profiles_in(directory: Path) -> list[Profile]:
+def _profiles_in(directory: Path, passed_over: list[str] | None = None) -> list[Profile]:
+    """The profiles in `directory` (its `*.json` files, by name). With a `passed_over` list, a file that is
+    not a readable profile is named there ("file: why") and skipped; without one it is a `ProfileError`."""
     if not directory.is_dir():
         return []
-    return [_read_profile_file(path) for path in sorted(directory.glob("*.json"))]
+    profiles = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            profiles.append(_read_profile_file(path))
+        except ProfileError as error:
+            if passed_over is None:
+                raise
+            passed_over.append(f"{path}: {error.message}")
+    return profiles
 
 
 def list_profiles(*, include_user: bool = True) -> list[Profile]:
@@ -367,7 +455,9 @@ def load_profile(name_or_path: str | Path) -> Profile:
         path = directory / f"{name_or_path}.json"
         if path.is_file():
             return _read_profile_file(path)
-    known = sorted({profile.name for profile in list_profiles()})
+    known = sorted(
+        {path.stem for directory in (user_profile_dir(), PROFILES_DIR) for path in directory.glob("*.json")}
+    )
     raise ProfileError(f"no profile named {str(name_or_path)!r}", hint=f"known profiles: {', '.join(known)}")
 
 
@@ -474,16 +564,23 @@ def select_profile(
     gpu_words = f"{device_name} ({family})" if family != device_name else (device_name or "no GPU found")
 
     if family is not None:
+        # One bad file among the user's own must not block every suggest: it is passed over, and said.
+        passed_over: list[str] = []
         user_profiles = [
             p
-            for p in _profiles_in(user_profile_dir())
+            for p in _profiles_in(user_profile_dir(), passed_over)
             if p.family == family and p.provenance in ("measured", "published")
         ]
+        skipped = (
+            f" (passed over {len(passed_over)} unreadable file(s): {passed_over[0]})" if passed_over else ""
+        )
         if user_profiles:
-            return _pair(_best(user_profiles), f"your own profile for {gpu_words} in {user_profile_dir()}")
+            return _pair(
+                _best(user_profiles), f"your own profile for {gpu_words} in {user_profile_dir()}{skipped}"
+            )
         shipped = [p for p in _profiles_in(PROFILES_DIR) if p.family == family and p.provenance != "emulated"]
         if shipped:
-            return _pair(_best(shipped), f"the shipped profile for {gpu_words}")
+            return _pair(_best(shipped), f"the shipped profile for {gpu_words}{skipped}")
 
     shipped_default = [
         p
@@ -496,7 +593,8 @@ def select_profile(
             hint="reinstall fp8advisor, or pass --profile PATH",
         )
     why = f"no profile for {device_name}" if device_name else "no GPU found"
-    return _pair(_best(shipped_default), f"{why}: the shipped {DEFAULT_FAMILY} profile")
+    skipped = skipped if family is not None else ""
+    return _pair(_best(shipped_default), f"{why}: the shipped {DEFAULT_FAMILY} profile{skipped}")
 
 
 __all__ = [

@@ -7,11 +7,13 @@ of the float8 recipe over bf16 at that (M, K, N). The terminal rendering of the 
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from fp8advisor.errors import AdvisorError
+from fp8advisor.files import write_atomic
 from fp8advisor.recipes import ALL_RECIPES
 from fp8advisor.results import Run, Speedup, pair_with_baseline
 
@@ -118,11 +120,10 @@ def speedup_heatmaps_png(runs: Sequence[Run], path: Path | str, *, title: str | 
     if emulated:
         heading.append("EMULATED on the CPU: not a GPU measurement")
     figure.suptitle("\n".join(heading), fontsize=9)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
+    image_bytes = io.BytesIO()
+    figure.savefig(image_bytes, format="png", dpi=110)
     plt.close(figure)
-    return path
+    return write_atomic(path, image_bytes.getvalue())
 
 
 __all__ = ["HeatmapPanel", "format_speedup", "heatmap_panels", "speedup_heatmaps_png"]

@@ -16,6 +16,7 @@ run with identical device name and software versions (`pair_with_baseline`).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from fp8advisor.errors import ResultsError
+from fp8advisor.errors import ResultsError, quote
 from fp8advisor.recipes import BASELINE
 
 SCHEMA = "fp8advisor.results/1"
@@ -108,11 +109,13 @@ def same_setup(a: dict, b: dict) -> bool:
 
 @dataclass(frozen=True)
 class Run:
-    """One results file: its header and its points, in the order they were measured."""
+    """One results file: its header, its points in the order they were measured, and the lines that could not
+    be read (`problems`: "file:line: why", each left out; a resume measures those points again)."""
 
     header: dict
     points: list[dict]
     path: Path
+    problems: tuple[str, ...] = ()
 
     @property
     def run_id(self) -> str:
@@ -130,50 +133,128 @@ class Run:
         return {point_key(point) for point in self.points}
 
 
+def _is_size(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _is_time(value) -> bool:
+    """A usable time in seconds: a finite, positive number (JSON's NaN and Infinity parse, but are not)."""
+    return (
+        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+    )
+
+
+def point_problem(record: dict) -> str | None:
+    """Why a point record cannot be used (a missing or wrong key, a time that is NaN, infinite, negative or
+    not a number), or None when it can. Failed points need only their identity and a status."""
+    for key in ("M", "K", "N"):
+        if not _is_size(record.get(key)):
+            return f"{key} is {quote(record.get(key))}, not a positive integer"
+    if not isinstance(record.get("recipe"), str):
+        return f"recipe is {quote(record.get('recipe'))}, not a name"
+    status = record.get("status")
+    if status not in ("ok", "failed"):
+        return f"status is {quote(status)}, not 'ok' or 'failed'"
+    if status == "failed":
+        return None
+    kernel = record.get("kernel_time_s")
+    if kernel is not None and not _is_time(kernel):
+        return f"kernel_time_s is {quote(kernel)}, not a positive number of seconds"
+    wall = record.get("wall_time_s")
+    if wall is not None and not isinstance(wall, dict):
+        return f"wall_time_s is {quote(wall)}, not an object"
+    median = (wall or {}).get("median")
+    if median is not None and not _is_time(median):
+        return f"wall_time_s.median is {quote(median)}, not a positive number of seconds"
+    if kernel is None and median is None:
+        return "an ok point with neither kernel_time_s nor wall_time_s.median"
+    return None
+
+
+def _header_problem(header) -> str | None:
+    if not isinstance(header, dict) or header.get("kind") != "run" or header.get("schema") != SCHEMA:
+        return f"line 1 is not a run header with schema {SCHEMA}"
+    if not isinstance(header.get("run_id"), str):
+        return "the header has no run_id"
+    device = header.get("device")
+    if not isinstance(device, dict) or not isinstance(device.get("name"), str):
+        return "the header has no device name"
+    for key in ("software", "method"):
+        if header.get(key) is not None and not isinstance(header.get(key), dict):
+            return f"the header's {key} is not an object"
+    software = header.get("software") or {}
+    if not all(isinstance(value, str | int | float | type(None)) for value in software.values()):
+        return "the header's software versions are not plain values"
+    grid = header.get("grid")
+    try:
+        grid_point_keys(grid)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return "the header's grid is not a grid (M, K, N or shapes, and recipes)"
+    return None
+
+
 def read_run(path: Path) -> Run:
-    """Read one results file. A torn last line (a kill mid-write) is ignored; any other bad line is an
-    error."""
+    """Read one results file.
+
+    A file that cannot be read, is empty or does not start with a valid run header is a `ResultsError`. A
+    later line that is not JSON, not an object or not a usable point is left out and named in
+    `Run.problems`, so that the file's other points still count; a torn last line (a kill mid-write) too."""
     path = Path(path)
     try:
         data = path.read_bytes()
     except OSError as error:
         raise ResultsError(f"cannot read {path}: {error.strerror}") from None
+    hint = "the file was edited or corrupted; bench writes these files, fit and resume read them"
     lines = data.split(b"\n")
     # The last element is b"" when the file ends with a newline; otherwise it is an unterminated, torn line.
-    complete, tail = lines[:-1], lines[-1]
-    records = []
-    for number, line in enumerate(complete, start=1):
+    records: list[tuple[int, object]] = []
+    problems: list[str] = []
+    for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
+        torn = number == len(lines)
         try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as error:
-            raise ResultsError(
-                f"line {number} is not JSON ({error.msg})",
-                hint="the file was edited or corrupted; remove the bad line or the file",
-                location=f"{path}:{number}",
-            ) from None
-    if tail.strip():
-        try:  # a complete record that only lacks its newline is still a record
-            records.append(json.loads(tail))
-        except json.JSONDecodeError:
-            pass  # torn by a kill: the point in flight is lost, by design
-    if not records:
-        raise ResultsError(f"{path} is empty", hint="delete it; a run file starts with its header line")
-    header = records[0]
-    if header.get("kind") != "run" or header.get("schema") != SCHEMA:
+            records.append((number, json.loads(line.decode("utf-8"))))
+        except (ValueError, RecursionError) as error:  # UnicodeDecodeError is a ValueError too
+            if number == 1 and not torn:
+                break  # reported below: no header
+            why = "torn by a kill while it was written" if torn else _json_reason(error)
+            problems.append(f"{path}:{number}: {why}")
+    if not records or records[0][0] != 1:
         raise ResultsError(
             f"{path} is not an fp8advisor results file (line 1 must be a run header with schema {SCHEMA})",
-            location=f"{path}:1",
+            hint=hint,
         )
-    points = [record for record in records[1:] if record.get("kind") == "point"]
-    return Run(header=header, points=points, path=path)
+    header = records[0][1]
+    problem = _header_problem(header)
+    if problem is not None:
+        raise ResultsError(f"{path} is not a usable results file: {problem}", location=f"{path}:1", hint=hint)
+    points = []
+    for number, record in records[1:]:
+        if not isinstance(record, dict):
+            problems.append(f"{path}:{number}: not a JSON object")
+            continue
+        if record.get("kind") != "point":
+            continue
+        problem = point_problem(record)
+        if problem is not None:
+            problems.append(f"{path}:{number}: {problem}")
+            continue
+        points.append(record)
+    return Run(header=header, points=points, path=path, problems=tuple(problems))
 
 
-def runs_in(directory: Path, *, skip_unreadable: bool = False) -> list[Run]:
+def _json_reason(error: BaseException) -> str:
+    if isinstance(error, UnicodeDecodeError):
+        return "not UTF-8 text"
+    return f"not JSON ({getattr(error, 'msg', None) or type(error).__name__})"
+
+
+def runs_in(directory: Path, *, problems: list[str] | None = None) -> list[Run]:
     """Every run file in `directory`, oldest first (file names start with the UTC start time); [] if none.
 
-    `skip_unreadable` passes over files that are not results (e.g. a run killed before its header landed)."""
+    With a `problems` list, a file that cannot be read at all is named there and passed over (a resume goes
+    on without it); without one it is a `ResultsError`."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
@@ -181,9 +262,10 @@ def runs_in(directory: Path, *, skip_unreadable: bool = False) -> list[Run]:
     for path in sorted(directory.glob(RUN_FILE_GLOB)):
         try:
             runs.append(read_run(path))
-        except ResultsError:
-            if not skip_unreadable:
+        except ResultsError as error:
+            if problems is None:
                 raise
+            problems.append(f"{path}: not read ({error.message})")
     return runs
 
 
@@ -207,36 +289,63 @@ def load_results(paths: Sequence[Path | str]) -> list[Run]:
     return runs
 
 
+def unreadable_lines(problems: Sequence[str], limit: int = 5) -> str | None:
+    """One sentence naming the results files and lines that could not be read (the first `limit` of
+    `problems`, from `Run.problems` or `resumable_runs`), or None when there are none."""
+    if not problems:
+        return None
+    shown = "; ".join(problems[:limit])
+    if len(problems) > limit:
+        shown += f"; ... and {len(problems) - limit} more"
+    return f"{len(problems)} results file(s) or line(s) could not be read and were left out: {shown}"
+
+
 # --- writing ------------------------------------------------------------------------------------------------
 
 
 class RunWriter:
-    """Appends records to one run file, each durable before `append` returns."""
+    """Appends records to one run file, each durable before `append` returns.
+
+    The file appears whole or not at all: it is created with its header through a temporary file renamed
+    into place. An append that fails (a full disk) is cut back off, so the file never holds half a line it
+    did not mean to, and the error says so (`ResultsError`)."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        # O_APPEND: each write lands at the end even if something else grew the file; one write per line.
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            # O_APPEND: each write lands at the end even if something else grew the file; one write per line.
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError as error:
+            raise ResultsError(f"cannot write {self.path}: {error.strerror}") from None
 
     @classmethod
     def create(cls, out_dir: Path, header: dict) -> RunWriter:
         """A new run file in `out_dir` named after the header's start time and run id, header written."""
+        from fp8advisor.files import write_atomic
+
         out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / run_file_name(header["started"], header["run_id"])
         if path.exists():
             raise ResultsError(f"{path} already exists", hint="run ids are random; run bench again")
-        writer = cls(path)
-        writer.append(header)
-        return writer
+        write_atomic(path, encode_line(header))
+        return cls(path)
 
     def append(self, record: dict) -> None:
         line = encode_line(record)
+        start = os.fstat(self._fd).st_size
         view = memoryview(line)
-        while view:  # os.write may write less than asked (signals, pipes); finish the line
-            written = os.write(self._fd, view)
-            view = view[written:]
-        os.fsync(self._fd)
+        try:
+            while view:  # os.write may write less than asked (signals, pipes); finish the line
+                written = os.write(self._fd, view)
+                view = view[written:]
+            os.fsync(self._fd)
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, start)
+            raise ResultsError(
+                f"cannot save a point to {self.path}: {error.strerror}; the points before it are intact",
+                hint="free some disk space, then run the same command again: it resumes",
+            ) from None
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -282,15 +391,19 @@ def make_header(
     }
 
 
-def resumable_runs(out_dir: Path, header: dict) -> list[Run]:
+def resumable_runs(out_dir: Path, header: dict, problems: list[str] | None = None) -> list[Run]:
     """Earlier runs in `out_dir` that a sweep with `header` continues: same device, software, grid points.
-    (The shard does not matter: shards of one grid writing to one directory skip each other's points.)"""
+    (The shard does not matter: shards of one grid writing to one directory skip each other's points.)
+    Files that cannot be read, and the lines of the others that cannot, are named in `problems`."""
+    problems = [] if problems is None else problems
     wanted = grid_point_keys(header["grid"])
-    return [
+    runs = [
         run
-        for run in runs_in(out_dir, skip_unreadable=True)
+        for run in runs_in(out_dir, problems=problems)
         if same_setup(run.header, header) and grid_point_keys(run.header["grid"]) == wanted
     ]
+    problems.extend(problem for run in runs for problem in run.problems)
+    return runs
 
 
 def done_keys(runs: Iterable[Run]) -> set[PointKey]:
@@ -414,6 +527,7 @@ __all__ = [
     "new_run_id",
     "pair_with_baseline",
     "point_key",
+    "point_problem",
     "read_run",
     "resumable_runs",
     "run_file_name",
@@ -421,5 +535,6 @@ __all__ = [
     "same_setup",
     "setup_key",
     "suspect_reason",
+    "unreadable_lines",
     "utc_now",
 ]

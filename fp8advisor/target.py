@@ -35,7 +35,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._device import _device_constructors
 
-from fp8advisor.errors import ModelInputsError, TargetError
+from fp8advisor.errors import ModelInputsError, TargetError, quote
 
 FACTORY_NAMES = ("build_model", "build", "get_model", "create_model")
 EXAMPLE_INPUTS_NAME = "example_inputs"
@@ -60,6 +60,14 @@ class TargetSpec:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
+def _exists(path: Path) -> bool:
+    """`path.exists()`, False for a name the file system refuses to look up (too long, a NUL byte)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
+
 def parse_target(text: str) -> TargetSpec:
     """Split `model.py:factory(n_layers=4)` into its parts; literal keyword arguments only, never run."""
     text = text.strip()
@@ -67,20 +75,22 @@ def parse_target(text: str) -> TargetSpec:
         raise TargetError("empty TARGET", hint="give a model file (model.py), model.py:NAME or a config.json")
     raw_path, name, call = text, None, None
     split = _PATH_AND_REST.match(text)
-    if split is not None and not Path(text).exists():
+    if split is not None and not _exists(Path(text)):
         raw_path, rest = split.group("path"), split.group("rest")
         if rest is not None:
             parts = _NAME_AND_CALL.match(rest)
             if parts is None or not (parts.group("name") or parts.group("call")):
                 raise TargetError(
-                    f"{rest!r} is not a Python name",
+                    f"{quote(rest)} is not a Python name",
                     hint="write model.py:NAME or model.py:NAME(key=value, ...) with literal values",
                 )
             name, call = parts.group("name"), parts.group("call")
     path = Path(raw_path)
     kwargs = _parse_kwargs(call, text) if call else {}
-    if not path.exists():
-        raise TargetError(f"no such file or directory: {raw_path}", hint="check the path of the model file")
+    if not _exists(path):
+        raise TargetError(
+            f"no such file or directory: {quote(raw_path)}", hint="check the path of the model file"
+        )
     if path.is_dir():
         config = path / HF_CONFIG_NAME
         if not config.is_file():
@@ -111,30 +121,30 @@ def _hf_spec(text: str, config: Path, name: str | None, kwargs: dict[str, Any]) 
 def _parse_kwargs(call: str, text: str) -> dict[str, Any]:
     try:
         tree = ast.parse(f"_{call}", mode="eval")
-    except SyntaxError as error:
+    except (SyntaxError, MemoryError, RecursionError) as error:
         raise TargetError(
-            f"cannot read the arguments in {text!r}: {error.msg}",
+            f"cannot read the arguments in {quote(text)}: {getattr(error, 'msg', type(error).__name__)}",
             hint="write NAME(key=value, ...) with literal values, quoted for the shell",
         ) from None
     node = tree.body
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
-        raise TargetError(f"cannot read the arguments in {text!r}", hint="write NAME(key=value, ...)")
+        raise TargetError(f"cannot read the arguments in {quote(text)}", hint="write NAME(key=value, ...)")
     if node.args:
         raise TargetError(
-            f"positional arguments are not accepted in {text!r}",
+            f"positional arguments are not accepted in {quote(text)}",
             hint="name each argument: NAME(n_layers=4, dim=1024)",
         )
     kwargs: dict[str, Any] = {}
     for keyword in node.keywords:
         if keyword.arg is None:
             raise TargetError(
-                f"**kwargs are not accepted in {text!r}", hint="name each argument: NAME(key=value)"
+                f"**kwargs are not accepted in {quote(text)}", hint="name each argument: NAME(key=value)"
             )
         try:
             kwargs[keyword.arg] = ast.literal_eval(keyword.value)
-        except ValueError:
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):  # TypeError: {[1]: 2}
             raise TargetError(
-                f"the value of {keyword.arg} in {text!r} is not a literal",
+                f"the value of {keyword.arg} in {quote(text)} is not a literal",
                 hint="only literals are accepted (numbers, strings, True/False/None, lists, tuples, dicts): "
                 "the target is parsed, never evaluated",
             ) from None
@@ -397,6 +407,58 @@ def user_location(path: Path | None, tb: TracebackType | None) -> str | None:
     return found
 
 
+class _ProcessExit(BaseException):
+    """`os._exit(status)` called by the user's code, raised instead of ending the process."""
+
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.status = status
+
+
+def _raise_process_exit(status: int) -> None:
+    raise _ProcessExit(status)
+
+
+def _how_it_ended(error: BaseException) -> str:
+    if isinstance(error, SystemExit):
+        return f"called sys.exit({quote(error.code)})"
+    if isinstance(error, _ProcessExit):
+        return f"called os._exit({error.status!r})"
+    return f"raised {describe_error(error)} (a BaseException, which ends a program)"
+
+
+@contextlib.contextmanager
+def running_user_code(source: Path | None, doing: str) -> Iterator[None]:
+    """Run the user's code (importing, building, example inputs, a forward) as far as it can be contained.
+
+    - Its prints go to stderr: stdout carries the JSON or the config this tool writes.
+    - `sys.argv` is the file alone: the command line holds this tool's options, which a model that parses
+      its own arguments would reject (argparse ends the process over them).
+    - Every way the code can end the process short of a signal (`sys.exit`, `os._exit`, any BaseException
+      but Ctrl-C) becomes one `TargetError`, so that an exit status of this tool always means the work ran.
+
+    `source` is the user's file (for the error's location), `doing` says what ran ("building the model").
+    Ordinary exceptions pass through: the callers turn them into errors that say more.
+    """
+    saved_argv, saved_exit = sys.argv, os._exit
+    sys.argv = [str(source) if source is not None else "model"]
+    os._exit = _raise_process_exit
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    except (Exception, KeyboardInterrupt):
+        raise
+    except BaseException as error:
+        raise TargetError(
+            f"the model code {_how_it_ended(error)} while {doing}",
+            location=user_location(source, error.__traceback__),
+            hint="a model file must not end the process: remove the call, or put it under "
+            "`if __name__ == '__main__':`",
+        ) from None
+    finally:
+        sys.argv, os._exit = saved_argv, saved_exit
+
+
 def describe_error(error: BaseException) -> str:
     """`TypeName: first line of the message` (just the type name when the message is empty)."""
     text = str(error).strip().splitlines()
@@ -529,7 +591,11 @@ def _resolve_default(module: ModuleType, spec: TargetSpec) -> tuple[str, Any]:
 
 def _load_python(spec: TargetSpec, device: torch.device, overrides: dict[str, Any]) -> LoadedModel:
     kwargs = {**spec.kwargs, **overrides}
-    with _beside(spec.path), redirect_devices(device, skip_init=True):
+    with (
+        _beside(spec.path),
+        running_user_code(spec.path, f"importing and building {spec.text}"),
+        redirect_devices(device, skip_init=True),
+    ):
         module = _import_file(spec)
         if spec.name is None:
             name, obj = _resolve_default(module, spec)
@@ -553,7 +619,7 @@ def _load_python(spec: TargetSpec, device: torch.device, overrides: dict[str, An
                 )
             model, built_by = obj, name
         elif callable(obj):
-            built_by = f"{name}({', '.join(f'{k}={v!r}' for k, v in kwargs.items())})"
+            built_by = f"{name}({', '.join(f'{k}={quote(v)}' for k, v in kwargs.items())})"
             model = _call_user(obj, kwargs, spec, built_by)
         else:
             raise TargetError(
@@ -693,7 +759,10 @@ def make_example_inputs(
     where = spec.path if spec is not None and spec.kind == "python" else Path("model.py")
     user_fn = namespace.get(EXAMPLE_INPUTS_NAME)
     if callable(user_fn):
-        with redirect_devices(device):
+        with (
+            running_user_code(where, f"calling {EXAMPLE_INPUTS_NAME}({batch}, {seq})"),
+            redirect_devices(device),
+        ):
             try:
                 value = user_fn(batch, seq)
             except Exception as error:

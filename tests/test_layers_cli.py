@@ -206,8 +206,10 @@ def test_bad_keyword_value(run, tmp_path):
 def test_debug_shows_the_traceback(run, tmp_path):
     path = write_model(tmp_path, "def build_model():\n    raise ValueError('boom')\n")
     result = run("--debug", "layers", str(path))
-    assert result.exit_code != 0
-    assert result.exception is not None and "boom" in str(result.exception)
+    assert result.exit_code == 2  # bad input is exit 2, with or without --debug
+    assert "Traceback (most recent call last)" in result.stderr
+    assert "raise ValueError('boom')" in result.stderr  # the user's line, in the traceback
+    assert result.stderr.rstrip().splitlines()[-2].startswith("error: ")  # then the one clear message
 
 
 def test_hugging_face_config(run):

@@ -79,7 +79,7 @@ def test_round_trip_keeps_header_then_points_one_json_per_line(tmp_path):
 
 
 def test_non_finite_floats_are_written_as_null(tmp_path):
-    record = point(1024, 1024, 1024, "rowwise", kernel=float("nan"))
+    record = point(1024, 1024, 1024, "rowwise", kernel=float("nan"), wall=1e-3)
     record["sqnr_db"] = {"output": float("inf"), "grad_input": 20.0}
     path = write_run(tmp_path, header(), [record])
     stored = read_run(path).points[0]
@@ -100,13 +100,62 @@ def test_a_complete_last_record_without_newline_is_kept(tmp_path):
     assert len(read_run(path).points) == 1
 
 
-def test_a_bad_line_in_the_middle_is_an_error_with_its_location(tmp_path):
-    path = write_run(tmp_path, header(), [point(1024, 1024, 1024, "bf16", kernel=1.0)])
+def test_a_bad_line_in_the_middle_is_named_with_its_location_and_the_other_points_stay(tmp_path):
+    path = write_run(
+        tmp_path,
+        header(),
+        [point(1024, 1024, 1024, "bf16", kernel=1.0), point(1024, 1024, 2048, "bf16", kernel=2.0)],
+    )
     text = path.read_text().splitlines()
-    path.write_text("\n".join([text[0], "not json", text[1]]) + "\n")
-    with pytest.raises(ResultsError) as error:
-        read_run(path)
-    assert error.value.location == f"{path}:2"
+    path.write_text("\n".join([text[0], text[1], "not json", text[2]]) + "\n")
+    run = read_run(path)
+    assert [p["N"] for p in run.points] == [1024, 2048]  # the valid points before and after it count
+    [problem] = run.problems
+    assert problem.startswith(f"{path}:3: not JSON")
+
+
+BAD_POINTS = {
+    "nan kernel time": ({"kernel_time_s": float("nan")}, "kernel_time_s is nan"),
+    "infinite kernel time": ({"kernel_time_s": float("inf")}, "kernel_time_s is inf"),
+    "negative kernel time": ({"kernel_time_s": -1e-3}, "kernel_time_s is -0.001"),
+    "string kernel time": ({"kernel_time_s": "fast"}, "kernel_time_s is 'fast'"),
+    "string median": ({"kernel_time_s": None, "wall_time_s": {"median": "1"}}, "wall_time_s.median is '1'"),
+    "missing M": ({"M": None}, "M is None"),
+    "float K": ({"K": 1024.5}, "K is 1024.5"),
+    "boolean N": ({"N": True}, "N is True"),
+    "missing recipe": ({"recipe": None}, "recipe is None"),
+    "unknown status": ({"status": "maybe"}, "status is 'maybe'"),
+    "no time at all": ({"kernel_time_s": None, "wall_time_s": None}, "an ok point with neither"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_POINTS))
+def test_unusable_points_are_left_out_and_named(tmp_path, case):
+    changes, why = BAD_POINTS[case]
+    good = point(1024, 1024, 1024, "bf16", kernel=1.0, wall=1.0)
+    path = write_run(tmp_path, header(), [good])
+    bad = {**point(1024, 1024, 2048, "bf16", kernel=1.0, wall=1.0), **changes}
+    with path.open("a") as file:  # written as JSON parses it back: NaN and Infinity tokens included
+        file.write(json.dumps(bad) + "\n")
+    run = read_run(path)
+    assert [p["N"] for p in run.points] == [1024]
+    [problem] = run.problems
+    assert problem.startswith(f"{path}:3: {why}")
+    # fit and resume leave the point out: a resume measures it again
+    assert done_keys([run]) == {(1024, 1024, 1024, "bf16")}
+
+
+def test_resume_keeps_a_files_valid_points_and_names_its_bad_lines(tmp_path):
+    """A corrupt line must not make resume skip the whole file and measure its valid points again."""
+    path = write_run(tmp_path, header("old"), [point(1024, 1024, 1024, "bf16", kernel=1.0)])
+    with path.open("ab") as file:
+        file.write(b"\x00\x01 binary garbage\n")
+        file.write(b"\xff\xfe not utf-8\n")
+        file.write((json.dumps(point(1024, 1024, 2048, "bf16", kernel=1.0)) + "\n").encode())
+    problems: list[str] = []
+    found = resumable_runs(tmp_path, header("new"), problems)
+    assert done_keys(found) == {(1024, 1024, 1024, "bf16"), (1024, 1024, 2048, "bf16")}
+    assert problems == [f"{path}:3: not JSON (Expecting value)", f"{path}:4: not UTF-8 text"]
 
 
 @pytest.mark.parametrize(
@@ -115,6 +164,11 @@ def test_a_bad_line_in_the_middle_is_an_error_with_its_location(tmp_path):
         b"",  # empty
         b'{"kind": "point", "M": 1}\n',  # no header
         b'{"kind": "run", "schema": "other/1"}\n',  # another schema
+        b"\x89PNG\r\n\x1a\n\x00\x00binary",  # a binary file
+        b"[1, 2]\n",  # a header that is not an object
+        b'{"kind": "run", "schema": "fp8advisor.results/1"}\n',  # a header without device, grid, run id
+        b'{"kind": "run", "schema": "fp8advisor.results/1", "run_id": "x", "device": {"name": "G"}, '
+        b'"grid": {"recipes": ["bf16"], "M": "many"}}\n',  # a grid that is not a grid
     ],
 )
 def test_files_that_are_not_results_are_refused(tmp_path, content):
@@ -159,10 +213,16 @@ def test_resume_continues_only_runs_of_the_same_setup_and_grid(tmp_path, other, 
     assert done_keys(found) == ({(1024, 1024, 1024, "bf16")} if resumes else set())
 
 
-def test_resume_skips_a_run_killed_before_its_header_landed(tmp_path):
-    (tmp_path / "run-20261122T090000Z-dead.jsonl").write_bytes(b'{"kind": "run", "sch')
+def test_resume_passes_over_a_file_that_is_not_results_and_names_it(tmp_path):
+    dead = tmp_path / "run-20261122T090000Z-dead.jsonl"
+    dead.write_bytes(b'{"kind": "run", "sch')
     write_run(tmp_path, header("old"), [])
-    assert [run.run_id for run in resumable_runs(tmp_path, header("new"))] == ["old"]
+    problems: list[str] = []
+    assert [run.run_id for run in resumable_runs(tmp_path, header("new"), problems)] == ["old"]
+    assert problems == [
+        f"{dead}: not read ({dead} is not an fp8advisor results file (line 1 must be a run "
+        f"header with schema {SCHEMA}))"
+    ]
 
 
 def test_pairing_divides_bf16_by_float8_kernel_time(tmp_path):

@@ -8,14 +8,17 @@ message on stderr and its exit status (2 for unusable input); the traceback only
 from __future__ import annotations
 
 import functools
+import sys
+import traceback
 from collections.abc import Callable
+from typing import NoReturn
 
 import typer
 from rich.console import Console
 from rich.text import Text
 
 from fp8advisor import __version__
-from fp8advisor.errors import AdvisorError
+from fp8advisor.errors import AdvisorError, quote
 
 app = typer.Typer(
     name="fp8advisor",
@@ -57,6 +60,15 @@ def report_error(error: AdvisorError) -> None:
     err_console.print(Text("error: ", style="bold red") + Text(str(error)), soft_wrap=True)
 
 
+def _fail(error: AdvisorError, cause: BaseException | None = None) -> NoReturn:
+    """Report `error` (after the traceback, with --debug) and exit with its status: 2 for bad input, with or
+    without --debug."""
+    if state.debug:
+        traceback.print_exception(cause or error, file=sys.stderr)
+    report_error(error)
+    raise typer.Exit(error.exit_code) from None
+
+
 def command(*args, **kwargs) -> Callable:
     """`app.command(...)` that also turns an AdvisorError into a message and its exit status."""
 
@@ -66,10 +78,21 @@ def command(*args, **kwargs) -> Callable:
             try:
                 return function(*f_args, **f_kwargs)
             except AdvisorError as error:
-                if state.debug:
-                    raise
-                report_error(error)
-                raise typer.Exit(error.exit_code) from None
+                _fail(error)
+            except (Exception, KeyboardInterrupt):
+                raise  # typer.Exit carries a status this tool chose; a bug of ours needs its traceback
+            except BaseException as error:
+                # This tool never calls sys.exit inside a command: a SystemExit or another BaseException
+                # here comes from the user's code (`running_user_code` names most of them with their
+                # place). Never let it pass for success.
+                _fail(
+                    AdvisorError(
+                        f"the run was ended by {type(error).__name__}({quote(error.args)[1:-1]}) before it "
+                        "finished",
+                        hint="something in the model code ends the process; run with --debug to see where",
+                    ),
+                    cause=error,
+                )
 
         app.command(*args, **kwargs)(wrapper)
         return wrapper

@@ -125,7 +125,15 @@ def _print_compiles(summary) -> None:
 
 
 def _print_summary(summary, emulate: bool) -> None:
+    from fp8advisor.results import suspect_reason, unreadable_lines
+
     records = summary.records
+    unreadable = unreadable_lines(summary.unreadable)
+    if unreadable:
+        console.print(
+            Text("warning: ", style="yellow") + Text(f"{unreadable}; this run measures their points again"),
+            soft_wrap=True,
+        )
     if summary.path is None:
         if summary.total_points == 0:
             console.print(f"nothing to measure: {_scope(summary)} has no points")
@@ -142,7 +150,6 @@ def _print_summary(summary, emulate: bool) -> None:
     )
     console.print(f"results: {summary.path}")
     _print_compiles(summary)
-    from fp8advisor.results import suspect_reason
 
     suspect = summary.suspect
     if suspect:
@@ -245,6 +252,7 @@ def bench(
     started = time.monotonic()
     from fp8advisor.bench import BenchSettings, SweepInterrupted, make_grid, run_sweep
     from fp8advisor.device import require_fp8_gpu
+    from fp8advisor.files import check_output_directory
     from fp8advisor.schedule import Shard, check_time_budget
 
     chosen_shard = Shard.parse(shard) if shard is not None else None
@@ -254,6 +262,12 @@ def bench(
             f"--compile-timeout must be a positive number of seconds, got {compile_timeout}",
             hint="e.g. --compile-timeout 300",
         )
+    if compile_workers is not None and compile_workers < 0:
+        raise AdvisorError(
+            f"--compile-workers must be 0 or more, got {compile_workers}",
+            hint="0 compiles in the timing process itself; leave it out for cores - 2",
+        )
+    check_output_directory(out)
     if not emulate:
         require_fp8_gpu()  # exit 2 with a clear message before anything else happens
     chosen = make_grid(

@@ -68,9 +68,13 @@ def fit(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON document.")] = False,
 ) -> None:
     """Fit where float8 pays per recipe from measured speedups; report the error; write a profile."""
+    from fp8advisor.files import guard_output
     from fp8advisor.fit import fit_profile
-    from fp8advisor.profile import save_profile, user_profile_dir
+    from fp8advisor.profile import looks_like_profile, save_profile, user_profile_dir
 
+    # Before the work: -o must be writable, not an input, and a profile if it exists (nothing else is
+    # replaced; --force is about mixing machines, not about files).
+    guard_output(output, inputs=results, is_ours=looks_like_profile, force_flag=None)
     report = fit_profile(
         results,
         name=name,
@@ -83,8 +87,11 @@ def fit(
         created=created,
     )
     profile = report.profile
+    destination = output or user_profile_dir() / f"{profile.name}.json"
+    if output is None:
+        guard_output(destination, inputs=results, is_ours=looks_like_profile, force_flag=None)
     if as_json:
-        path = save_profile(profile, output or user_profile_dir() / f"{profile.name}.json")
+        path = save_profile(profile, destination)
         console.print_json(data={**report.to_json(), "written": str(path)})
         return
     sources = f"{len(report.sources)} source(s)"
@@ -149,5 +156,5 @@ def fit(
             )
         console.print(table)
 
-    path = save_profile(profile, output or user_profile_dir() / f"{profile.name}.json")
+    path = save_profile(profile, destination)
     console.print(f"wrote {path}")

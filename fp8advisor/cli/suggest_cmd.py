@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import typer
 from rich import box
@@ -11,8 +12,9 @@ from rich.text import Text
 
 from fp8advisor.advise import AUTO, DEFAULT_MIN_SPEEDUP, Advice, advise, group_layers
 from fp8advisor.cli import command, console, err_console
-from fp8advisor.emit import ConfigFormat, Request, check, parse_format, render, write
+from fp8advisor.emit import ConfigFormat, Request, check, parse_format, read_committed, render, write
 from fp8advisor.errors import AdvisorError
+from fp8advisor.files import guard_output
 from fp8advisor.recipes import ALL_RECIPES, Recipe, parse_recipe
 
 _FORMATS = ", ".join(f.value for f in ConfigFormat)
@@ -30,6 +32,15 @@ def _format_for(fmt: str | None, path: str | None) -> ConfigFormat | None:
     if lowered.endswith(".json"):
         return ConfigFormat.FILTER
     raise AdvisorError(f"which config format should {path} hold?", hint=f"add --format (one of: {_FORMATS})")
+
+
+def _input_files(target: str, profile: str | None) -> list[Path]:
+    """The files `suggest` reads, which -o must never replace: the model file (or config.json) and a
+    profile given as a path."""
+    path = Path(target.split(":", 1)[0]) if ":" in target else Path(target)
+    if path.is_dir():
+        path = path / "config.json"
+    return [path] + ([Path(profile)] if profile is not None else [])
 
 
 @command("suggest")
@@ -59,6 +70,9 @@ def suggest(
         None, "--check", help="Exit 0 if FILE equals what would be written now, 1 with a diff otherwise."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the advice as one JSON document."),
+    force: bool = typer.Option(
+        False, "--force", help="Let -o replace a file that fp8advisor did not write (its inputs never)."
+    ),
 ) -> None:
     """Decide layer by layer where float8 pays, and write the config that converts exactly those layers."""
     if recipe != AUTO:
@@ -68,6 +82,9 @@ def suggest(
             "-o and --check do not go together", hint="write with -o, verify in CI with --check"
         )
     config_format = _format_for(fmt, output or check_file)
+    # Before the work: a path that cannot be written, or a file that is not ours to replace, fails at once.
+    guard_output(output, inputs=_input_files(target, profile), force=force)
+    committed = read_committed(check_file) if check_file is not None else None
 
     from fp8advisor.layers import inspect_model
     from fp8advisor.profile import select_profile
@@ -95,7 +112,7 @@ def suggest(
 
     if check_file is not None:
         assert config_format is not None
-        ok, diff = check(check_file, render(advice, config_format, request, output=check_file))
+        ok, diff = check(check_file, render(advice, config_format, request, output=check_file), committed)
         if ok:
             err_console.print(f"{check_file} is up to date ({config_format.value}, {advice.proof_line()})")
             return
