@@ -391,3 +391,22 @@ def test_an_error_quotes_at_most_a_few_hundred_characters_of_a_value(cli, tmp_pa
     huge = "x" * 100_000
     stderr = assert_clean_error(cli("layers", f"{path}:build_model(n={huge})"))
     assert len(stderr) < 2000
+
+
+def test_any_bare_base_exception_escaping_a_command_is_an_error_not_success(monkeypatch):
+    """The CLI's last line of defence, for user code that ends the process outside the guarded places."""
+    import typer
+
+    import fp8advisor.cli as cli_module
+
+    monkeypatch.setattr(cli_module, "app", typer.Typer())  # a scratch app: `command` registers on it
+
+    @cli_module.command("ends")
+    def ends(how: str) -> None:
+        if how == "exit0":
+            sys.exit(0)
+        raise GeneratorExit("stop")
+
+    for how, name in (("exit0", "SystemExit(0)"), ("gen", "GeneratorExit('stop')")):
+        result = CliRunner().invoke(cli_module.app, [how])
+        assert_clean_error(result, f"the run was ended by {name} before it finished")

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from fp8advisor.errors import ResultsError
+from fp8advisor.errors import AdvisorError, ResultsError
 from fp8advisor.results import (
     SCHEMA,
     RunWriter,
@@ -300,3 +300,38 @@ def test_a_suspect_point_is_not_done_so_the_next_sweep_measures_it_again(tmp_pat
     assert pair.speedup == pytest.approx(1.5) and pair.run_id == "b"  # the later, whole measurement
     [measurements] = measurements_from_runs(runs)
     assert measurements.notes == ()  # measured again: nothing is left out
+
+
+def test_a_failed_append_is_cut_back_off_and_the_earlier_points_stay(tmp_path, monkeypatch):
+    """A full disk in the middle of a line: the half-written line is removed, the error says so."""
+    import errno
+    import os
+
+    path = write_run(tmp_path, header(), [point(1024, 1024, 1024, "bf16", kernel=1.0)])
+    before = path.read_bytes()
+    real_write = os.write
+    calls = []
+
+    def half_then_full(fd, data):
+        calls.append(len(data))
+        if len(calls) == 1:
+            return real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    writer = RunWriter(path)
+    monkeypatch.setattr(os, "write", half_then_full)
+    with pytest.raises(ResultsError, match="No space left on device; the points before it are intact"):
+        writer.append(point(1024, 1024, 2048, "bf16", kernel=1.0))
+    monkeypatch.undo()
+    writer.close()
+    assert path.read_bytes() == before  # no torn line left behind
+    assert len(read_run(path).points) == 1 and not read_run(path).problems
+
+
+def test_a_run_file_appears_with_its_header_whole_or_not_at_all(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+    with pytest.raises(AdvisorError, match="No space left on device"):
+        RunWriter.create(tmp_path, header())
+    assert list(tmp_path.iterdir()) == []  # neither a headerless run file nor a temporary

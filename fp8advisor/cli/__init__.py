@@ -70,7 +70,8 @@ def _fail(error: AdvisorError, cause: BaseException | None = None) -> NoReturn:
 
 
 def command(*args, **kwargs) -> Callable:
-    """`app.command(...)` that also turns an AdvisorError into a message and its exit status."""
+    """`app.command(...)` that also turns an AdvisorError into a message and its exit status, and any other
+    BaseException (user code ending the process) into an error, never a success."""
 
     def register(function: Callable) -> Callable:
         @functools.wraps(function)
@@ -85,10 +86,10 @@ def command(*args, **kwargs) -> Callable:
                 # This tool never calls sys.exit inside a command: a SystemExit or another BaseException
                 # here comes from the user's code (`running_user_code` names most of them with their
                 # place). Never let it pass for success.
+                ended = f"{type(error).__name__}({', '.join(map(quote, error.args))})"
                 _fail(
                     AdvisorError(
-                        f"the run was ended by {type(error).__name__}({quote(error.args)[1:-1]}) before it "
-                        "finished",
+                        f"the run was ended by {ended} before it finished",
                         hint="something in the model code ends the process; run with --debug to see where",
                     ),
                     cause=error,
