@@ -327,9 +327,9 @@ def convertible(module, fqn: str) -> bool:
 
 
 def torchao_auto_filter(recipe: str) -> Callable:
-    from torchao.float8.float8_linear_utils import _auto_filter_for_recipe
+    from fp8advisor import compat
 
-    return _auto_filter_for_recipe(recipe, filter_fqns=[])
+    return compat.auto_filter_for_recipe(recipe, filter_fqns=[])
 
 
 def module_filter(variant: Variant, recipe: str, advice) -> Callable:
@@ -349,14 +349,16 @@ def convert(model, variant: Variant, recipe: str, advice, *, emulate: bool) -> l
     if variant is Variant.BF16:
         return []
     from torchao.float8 import convert_to_float8_training
-    from torchao.float8.float8_linear import Float8Linear
+
+    from fp8advisor import compat
 
     convert_to_float8_training(
         model,
         module_filter_fn=module_filter(variant, recipe, advice),
         config=float8_config(recipe, emulate=emulate),
     )
-    return sorted(fqn for fqn, module in model.named_modules() if isinstance(module, Float8Linear))
+    float8_linear = compat.float8_linear()
+    return sorted(fqn for fqn, module in model.named_modules() if isinstance(module, float8_linear))
 
 
 def _head_loss(norm, output, hidden, labels):
@@ -439,10 +441,10 @@ def _quantiles(times: Sequence[float]) -> dict:
 
 def _compiled_graphs() -> int | None:
     """Graphs dynamo has compiled in this process (a running count, not reset by `torch._dynamo.reset`)."""
-    try:
-        from torch._dynamo.utils import counters
+    from fp8advisor import compat
 
-        return int(counters["stats"]["unique_graphs"])
+    try:
+        return compat.compiled_graph_count()
     except Exception:  # a private counter: absent in some torch versions
         return None
 
@@ -513,7 +515,9 @@ def free_memory() -> None:
     """Drop compiled code first (it holds the modules), then the cycles, then the cached GPU blocks."""
     import torch
 
-    torch._dynamo.reset()
+    from fp8advisor import compat
+
+    compat.dynamo_reset()
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -750,16 +754,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "(not a measurement)."
         )
         return 2
-    import torch
-
+    from fp8advisor import compat
     from fp8advisor.device import describe_device, software_versions
     from fp8advisor.profile import select_profile
     from fp8advisor.target import load_model
 
     # per-block compile shares one graph among identical blocks; a generous limit keeps mixed blocks compiled
-    for limit in ("recompile_limit", "cache_size_limit"):
-        if hasattr(torch._dynamo.config, limit):
-            setattr(torch._dynamo.config, limit, max(getattr(torch._dynamo.config, limit), 64))
+    compat.raise_recompile_limit(64)
 
     meta = load_model(settings.target, "meta")
     n_parameters = sum(p.numel() for p in meta.model.parameters())

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from fp8advisor import compat
 from fp8advisor.device import MIN_FP8_CAPABILITY
 from fp8advisor.filters import FilterList, Framework, dims_divisible_by_16, shortest_exact_filter
 from fp8advisor.layers import Folded, GemmLayer, LayerStatus, ModelLayers, fold_repeated
@@ -366,10 +367,8 @@ def torchao_auto_filter_converts(layers: Sequence[GemmLayer], recipe: Recipe) ->
     import torch
     from torch import nn
 
-    with _quiet_loggers("torchao", "torch.utils._pytree"):  # its optional C extensions warn on every import
-        from torchao.float8.float8_linear_utils import _auto_filter_for_recipe
-
-    module_filter = _auto_filter_for_recipe(recipe.value, filter_fqns=[])
+    with _quiet_loggers(*compat.TORCHAO_IMPORT_LOGGERS):  # its optional C extensions warn on every import
+        module_filter = compat.auto_filter_for_recipe(recipe.value, filter_fqns=[])
     modules: dict[tuple[int, int], nn.Module] = {}
     converted = set()
     for layer in layers:

@@ -397,9 +397,7 @@ def compile_module(module):
 
 def sqnr_db(reference, actual) -> float:
     """torchao's `compute_error`: 20 log10(|reference| / |reference - actual|), in float32."""
-    from torchao.float8.float8_utils import compute_error
-
-    return float(compute_error(reference.detach().float(), actual.detach().float()))
+    return float(compat.compute_error(reference.detach().float(), actual.detach().float()))
 
 
 # --- a shape's measurements ---------------------------------------------------------------------------------

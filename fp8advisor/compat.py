@@ -1,10 +1,26 @@
-"""The private torch names the measurement side relies on, in one place.
+"""The private torch and torchao names fp8advisor relies on, in one place.
 
-torch moves its internals between releases; when one of these breaks, this is the only file to change. Each
-function says what it stands for and why nothing public does the job.
+torch and torchao move their internals between releases; when one of these breaks, this is the only file to
+change. Each function or constant says what it stands for and why nothing public does the job.
+
+Nothing is looked up when this module is imported, only when a function is called: `layers` and `suggest`
+must not pay for torch._dynamo or torchao's heavy modules. A name that has moved raises `CompatError`, one
+message naming the installed version and the missing name, unless a docstring says how the caller degrades.
 """
 
 from __future__ import annotations
+
+import functools
+import importlib
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+from fp8advisor.errors import CompatError
+
+#: The releases these names were read from; a `CompatError` suggests them.
+TESTED_WITH = "torch 2.11 and 2.13 with torchao 0.18"
 
 #: The kernel `torch.cuda._sleep` launches (ATen's `spin_kernel`): a GPU kernel that belongs to no aten op,
 #: which is what pads a profiler session (`fp8advisor.timers.padded_profile`).
@@ -20,21 +36,221 @@ CACHE_COUNTERS = {
     "autograd_cache_bypass": ("aot_autograd", "autograd_cache_bypass"),
 }
 
+#: The loggers that warn while torchao is first imported: torchao's own (its optional C extensions, absent
+#: from a CPU wheel) and torch's pytree registry (`torch.utils._pytree`, on torchao's enum constants). Their
+#: names are the only handle; should one be renamed, the warnings come back and nothing else changes.
+TORCHAO_IMPORT_LOGGERS = ("torchao", "torch.utils._pytree")
+
+#: The attribute where a wrapper made by `torch._disable_dynamo` caches the function it calls; a function that
+#: already holds it is called as it is, without importing torch._dynamo (see `dynamo_disabled_functions`).
+DYNAMO_DISABLE_CACHE_ATTR = "__dynamo_disable"
+
+#: The modules holding torch's Python meta kernels, refs, prims and decompositions.
+_PYTHON_KERNEL_MODULES = ("torch._refs", "torch._decomp", "torch._prims", "torch._meta_registrations")
+
+
+def _installed(package: str) -> str:
+    """`torch 2.13.0+cpu`: the package with the version this process imported."""
+    module = sys.modules.get(package)
+    return f"{package} {getattr(module, '__version__', '(version unknown)')}"
+
+
+def _moved(package: str, what: str) -> CompatError:
+    """The error for a private name that `package` no longer has where fp8advisor looks for it."""
+    return CompatError(
+        f"{_installed(package)} {what}",
+        hint=f"fp8advisor was written against {TESTED_WITH}: install one of those, or report this message",
+    )
+
+
+def _import(module: str) -> types.ModuleType:
+    try:
+        return importlib.import_module(module)
+    except ImportError as error:
+        raise _moved(module.partition(".")[0], f"cannot import {module}: {error}") from error
+
+
+def _require(module: str, name: str) -> Any:
+    """`module.name`, imported now; a `CompatError` naming the installed version when it has moved."""
+    owner = _import(module)
+    try:
+        return getattr(owner, name)
+    except AttributeError:
+        raise _moved(module.partition(".")[0], f"has no {module}.{name}") from None
+
+
+# --- torch: building a model on another device --------------------------------------------------------------
+
+
+def device_constructors() -> set[Callable]:
+    """The torch functions that create a tensor and take `device=`, the set `torch.set_default_device`
+    redirects (`torch.utils._device._device_constructors`). torch publishes no list of its factories."""
+    return _require("torch.utils._device", "_device_constructors")()
+
+
+def parse_to(*args: Any, **kwargs: Any) -> tuple:
+    """(device, dtype, non_blocking, memory_format) of the arguments of a `Tensor.to` call, read by torch's
+    own parser (`torch._C._nn._parse_to`). `.to` takes a device, a dtype, a tensor or several of them, by
+    position or by name; nothing public says which one a call meant."""
+    return _require("torch._C._nn", "_parse_to")(*args, **kwargs)
+
+
+def dynamo_imported() -> bool:
+    """Whether this process has imported torch._dynamo (about 3 s, which inspecting a model avoids)."""
+    return "torch._dynamo" in sys.modules
+
+
+@functools.cache
+def dynamo_disabled_functions() -> list[Callable]:
+    """The functions torch wraps with `torch._disable_dynamo` among its Python meta kernels, refs, prims and
+    decompositions: the functions inside the wrappers, where `DYNAMO_DISABLE_CACHE_ATTR` goes.
+
+    Each wrapper imports torch._dynamo on its first call only to mark its function "do not compile"; setting
+    that cache beforehand saves the import (`fp8advisor.target`). torch has no public way to run its refs
+    without dynamo, so this reads the wrappers' closures. Found once per process. The caller degrades when
+    this raises: inspection still works, only slower.
+    """
+    disable_dynamo = _require("torch", "_disable_dynamo")
+    _import("torch._refs")  # the refs register their meta kernels on import
+    decomposition_tables = _require("torch._decomp", "global_decomposition_table")
+    wrapper_code = disable_dynamo(lambda: None).__code__
+    if "fn" not in wrapper_code.co_freevars:
+        raise _moved("torch", "wraps functions with torch._disable_dynamo without holding them as `fn`")
+    function_cell = wrapper_code.co_freevars.index("fn")
+    pending = [
+        value
+        for name, module in list(sys.modules.items())
+        if module is not None and name.startswith(_PYTHON_KERNEL_MODULES)
+        for value in vars(module).values()
+        if callable(value)
+    ]
+    for table in decomposition_tables.values():
+        pending.extend(table.values())
+    seen: set[int] = set()
+    found = []
+    while pending:
+        function = pending.pop()
+        if id(function) in seen:
+            continue
+        seen.add(id(function))
+        if getattr(function, "__code__", None) is wrapper_code:
+            found.append(function.__closure__[function_cell].cell_contents)
+        wrapped = getattr(function, "__wrapped__", None)
+        if wrapped is not None:
+            pending.append(wrapped)
+        if isinstance(function, functools.partial):
+            pending.append(function.func)
+        for cell in getattr(function, "__closure__", None) or ():
+            try:
+                content = cell.cell_contents
+            except ValueError:
+                continue
+            if isinstance(content, (types.FunctionType, functools.partial)):
+                pending.append(content)
+    return found
+
+
+# --- torch: tracing what a forward runs ---------------------------------------------------------------------
+
+
+def torch_dispatch_mode() -> type:
+    """`torch.utils._python_dispatch.TorchDispatchMode`, the base class of a mode that sees every aten op with
+    its real arguments. torch exports it under no public name (the public `TorchFunctionMode` sees torch
+    functions, before they are decomposed into aten ops)."""
+    return _require("torch.utils._python_dispatch", "TorchDispatchMode")
+
+
+def eager_dispatch_mode() -> type:
+    """A `torch_dispatch_mode()` whose subclasses keep their `__torch_dispatch__` as written.
+
+    torch wraps a mode's `__torch_dispatch__` with `torch._disable_dynamo` unless the class's private hook
+    `_should_skip_dynamo` answers False; the wrapper imports torch._dynamo (3 s) on its first call. A mode
+    that never runs under torch.compile loses nothing by answering False. Should torch drop the hook, this
+    override is never called and the mode only gets slower.
+    """
+
+    class EagerDispatchMode(torch_dispatch_mode()):
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return False
+
+    return EagerDispatchMode
+
+
+def aten_op(name: str) -> Any:
+    """The aten operator `torch.ops.aten.<name>` (its overload packet), or None where this torch has none.
+
+    For the ops named with a leading underscore (`_scaled_mm`, `_grouped_mm`, `_to_copy`, ...): private by
+    name, yet what a forward dispatches to, so a trace must recognise them. A torch without one cannot run
+    it: the caller has one op fewer to recognise, and no error is due.
+    """
+    import torch
+
+    return getattr(torch.ops.aten, name, None)
+
+
+def op_schema(op: Any) -> Any:
+    """The `torch.FunctionSchema` of an aten op overload (`OpOverload._schema`): whether the op mutates or
+    aliases its inputs. `OpOverload` exposes `is_view` and `tags`, but no public accessor for the schema."""
+    try:
+        return op._schema
+    except AttributeError:
+        raise _moved("torch", f"has no _schema on the op overload {op!r}") from None
+
+
+def storage_address(storage: Any) -> int:
+    """The address of the StorageImpl behind an `UntypedStorage` (`UntypedStorage._cdata`): one number for the
+    memory a tensor and every view or wrapper of it share. `data_ptr()` is 0 for every storage on the meta
+    device, and torch has no public storage identity."""
+    try:
+        return storage._cdata
+    except AttributeError:
+        raise _moved("torch", "has no torch.UntypedStorage._cdata") from None
+
+
+def current_autograd_node() -> Any:
+    """The autograd Node whose backward is running, None outside backward (`torch._C._current_autograd_node`):
+    what ties a backward GEMM to the layer it belongs to. Public module and tensor hooks run before or after a
+    node, never while its ops dispatch."""
+    return _require("torch._C", "_current_autograd_node")()
+
+
+def scaled_mm() -> Callable:
+    """`torch._scaled_mm`, the float8 GEMM a benchmark times: the op torchao's float8 training calls for every
+    float8 matmul (`torchao.float8.float8_ops`). The public `torch.nn.functional.scaled_mm` of recent torch
+    is another entry point, not what torchao runs. Returned, not wrapped: it is called in timed loops."""
+    return _require("torch", "_scaled_mm")
+
+
+# --- torch: compilation -------------------------------------------------------------------------------------
+
 
 def dynamo_reset() -> None:
     """Forget every compiled graph (`torch._dynamo.reset`), as torchao's benchmark does between
     configurations; the on-disk caches stay."""
-    import torch._dynamo
-
-    torch._dynamo.reset()
+    _require("torch._dynamo", "reset")()
 
 
 def compile_cache_counters() -> dict[str, int]:
     """This process's inductor / AOTAutograd cache hits, misses and bypasses so far (monotonic counters: a
     compile's figures are the difference of two readings). Missing counters read 0."""
-    from torch._dynamo.utils import counters
-
+    counters = _require("torch._dynamo.utils", "counters")
     return {name: int(counters[group][key]) for name, (group, key) in CACHE_COUNTERS.items()}
+
+
+def compiled_graph_count() -> int:
+    """Graphs dynamo has compiled in this process (`torch._dynamo.utils.counters["stats"]["unique_graphs"]`),
+    a running count that `dynamo_reset` does not reset. torch reports compilations through no public API."""
+    return int(_require("torch._dynamo.utils", "counters")["stats"]["unique_graphs"])
+
+
+def raise_recompile_limit(at_least: int) -> None:
+    """Let dynamo compile each frame at least `at_least` times before it falls back to eager
+    (`torch._dynamo.config.recompile_limit`, `cache_size_limit` in older torch; both where both exist)."""
+    config = _import("torch._dynamo.config")
+    for limit in ("recompile_limit", "cache_size_limit"):
+        if hasattr(config, limit):
+            setattr(config, limit, max(getattr(config, limit), at_least))
 
 
 def configure_compile_worker() -> None:
@@ -47,17 +263,17 @@ def configure_compile_worker() -> None:
     the timing process still hits the graphs the workers compiled, but the kernels carry the setting in their
     metadata, so nobody reuses a worker's choice: the timing process autotunes them itself, alone on the GPU.
     """
-    import torch._inductor.config as inductor_config
-
+    inductor_config = _import("torch._inductor.config")
     inductor_config.compile_threads = 1
     inductor_config.autotune_local_cache = False
 
 
+# --- torch: the GPU timeline --------------------------------------------------------------------------------
+
+
 def cuda_sleep(cycles: int) -> None:
     """Launch one GPU kernel that spins for about `cycles` clock cycles (`torch.cuda._sleep`)."""
-    import torch
-
-    torch.cuda._sleep(cycles)
+    _require("torch.cuda", "_sleep")(cycles)
 
 
 def is_device_record(event) -> bool:
@@ -68,12 +284,63 @@ def is_device_record(event) -> bool:
     return event.device_type == DeviceType.CUDA and not getattr(event, "is_user_annotation", False)
 
 
+# --- torchao ------------------------------------------------------------------------------------------------
+
+
+def auto_filter_for_recipe(recipe: str, filter_fqns: list[str]) -> Callable:
+    """torchao's own `module_filter_fn` for `recipe` (`torchao.float8._auto_filter_for_recipe`): the Linear
+    layers torchao itself would convert. torchao exports it from `torchao.float8` under a private name, and
+    torchtitan calls it from there. Raises NotImplementedError for a recipe torchao has no rule for."""
+    return _require("torchao.float8", "_auto_filter_for_recipe")(recipe, filter_fqns=filter_fqns)
+
+
+def float8_linear() -> type:
+    """`torchao.float8.float8_linear.Float8Linear`, the module `convert_to_float8_training` swaps in: what
+    tells the converted layers from the others. torchao declares it "not a public API" and exports it
+    nowhere else."""
+    return _require("torchao.float8.float8_linear", "Float8Linear")
+
+
+def float8_training_tensor() -> type:
+    """`torchao.float8.float8_training_tensor.Float8TrainingTensor`, the tensor a Float8Linear hands its
+    GEMMs: what tells a float8 GEMM from a high-precision one in a trace. torchao declares it "not a public
+    API" (`torchao.float8` re-exports it only so that `torch.load(weights_only=True)` can read it)."""
+    return _require("torchao.float8.float8_training_tensor", "Float8TrainingTensor")
+
+
+def compute_error(reference: Any, actual: Any) -> Any:
+    """torchao's SQNR in dB, 20 log10(|reference| / |reference - actual|), as a 0-d tensor
+    (`torchao.float8.float8_utils.compute_error`): the figure torchao's float8 tests report. It lives in a
+    module torchao does not export."""
+    return _require("torchao.float8.float8_utils", "compute_error")(reference, actual)
+
+
 __all__ = [
     "CACHE_COUNTERS",
+    "DYNAMO_DISABLE_CACHE_ATTR",
     "SLEEP_KERNEL_MARKER",
+    "TESTED_WITH",
+    "TORCHAO_IMPORT_LOGGERS",
+    "aten_op",
+    "auto_filter_for_recipe",
     "compile_cache_counters",
+    "compiled_graph_count",
+    "compute_error",
     "configure_compile_worker",
     "cuda_sleep",
+    "current_autograd_node",
+    "device_constructors",
+    "dynamo_disabled_functions",
+    "dynamo_imported",
     "dynamo_reset",
+    "eager_dispatch_mode",
+    "float8_linear",
+    "float8_training_tensor",
     "is_device_record",
+    "op_schema",
+    "parse_to",
+    "raise_recompile_limit",
+    "scaled_mm",
+    "storage_address",
+    "torch_dispatch_mode",
 ]

@@ -76,6 +76,10 @@ class ConfigError(AdvisorError):
     """A training config file cannot be read or does not describe a float8 setup."""
 
 
+class CompatError(AdvisorError):
+    """The installed torch or torchao lacks a private name that fp8advisor relies on (`fp8advisor.compat`)."""
+
+
 def parse_choice(
     choices: type[_Choice],
     name: Any,

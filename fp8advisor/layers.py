@@ -11,6 +11,8 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+from fp8advisor import compat
+
 
 class LayerStatus(str, Enum):
     TRACED = "traced"  # M seen in the traced forward
@@ -139,9 +141,10 @@ class _GemmCall:
 
 def _storage_key(tensor) -> int | None:
     try:
-        return tensor.untyped_storage()._cdata
+        storage = tensor.untyped_storage()
     except (RuntimeError, NotImplementedError, AttributeError):
         return None  # e.g. a tensor subclass without storage
+    return compat.storage_address(storage)
 
 
 def _gemm_ops():
@@ -152,14 +155,19 @@ def _gemm_ops():
     table = {
         aten.mm.default: (0, 1),
         aten.addmm.default: (1, 2),
-        aten._addmm_activation.default: (1, 2),
         aten.bmm.default: (0, 1),
         aten.baddbmm.default: (1, 2),
-        aten._scaled_mm.default: (0, 1),
     }
-    for name in ("_grouped_mm", "_scaled_grouped_mm"):
-        if hasattr(aten, name):
-            table[getattr(aten, name).default] = (0, 1)
+    private = {
+        "_addmm_activation": (1, 2),
+        "_scaled_mm": (0, 1),
+        "_grouped_mm": (0, 1),
+        "_scaled_grouped_mm": (0, 1),
+    }
+    for name, operands in private.items():
+        op = compat.aten_op(name)
+        if op is not None:  # a torch without the op cannot run it
+            table[op.default] = operands
     return table
 
 
@@ -168,7 +176,8 @@ def _value_ops():
 
     aten = torch.ops.aten
     # Ops whose output holds the same values as the input in a new storage: a weight cast to bf16 is still it.
-    return {aten._to_copy.default, aten.clone.default, aten.contiguous.default, aten._unsafe_view.default}
+    private = [compat.aten_op(name) for name in ("_to_copy", "_unsafe_view")]
+    return {aten.clone.default, aten.contiguous.default} | {op.default for op in private if op is not None}
 
 
 def _make_recorder(parameters_by_storage: dict, active_linears: list, calls: list, *, memo: bool = True):
@@ -177,7 +186,6 @@ def _make_recorder(parameters_by_storage: dict, active_linears: list, calls: lis
     `memo` answers repeated meta-kernel calls from a cache (see `__torch_dispatch__`); off only to test it.
     """
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     gemm_ops = _gemm_ops()
     value_ops = _value_ops()
@@ -191,7 +199,7 @@ def _make_recorder(parameters_by_storage: dict, active_linears: list, calls: lis
     def is_cacheable(func) -> bool:
         found = cacheable.get(func)
         if found is None:
-            schema = func._schema
+            schema = compat.op_schema(func)
             found = not (
                 func.is_view
                 or schema.is_mutable
@@ -201,11 +209,7 @@ def _make_recorder(parameters_by_storage: dict, active_linears: list, calls: lis
             cacheable[func] = found
         return found
 
-    class GemmRecorder(TorchDispatchMode):
-        @classmethod
-        def _should_skip_dynamo(cls) -> bool:
-            return False  # never runs under torch.compile; skipping would import torch._dynamo (3 s)
-
+    class GemmRecorder(compat.eager_dispatch_mode()):  # never runs under torch.compile
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             operands = gemm_ops.get(func)
@@ -372,7 +376,7 @@ def _run_forward(loaded, inputs, parameters_by_storage: dict, linears: list, deb
     """
     import torch
 
-    from fp8advisor.errors import ModelInputsError, TargetError
+    from fp8advisor.errors import CompatError, ModelInputsError, TargetError
     from fp8advisor.target import describe_error, redirect_devices, running_user_code
 
     model = loaded.model
@@ -417,6 +421,8 @@ def _run_forward(loaded, inputs, parameters_by_storage: dict, linears: list, deb
             import traceback
 
             traceback.print_exception(error)
+    except CompatError:
+        raise  # a torch name of ours moved: not where the model stops
     except Exception as error:
         where = _stop_location(error, loaded.source_file)
         if not calls and not module_calls:
@@ -491,18 +497,22 @@ def inspect_loaded(loaded, *, batch: int = 1, seq: int = 8192, debug: bool = Fal
     owners: dict[int, list[tuple[str, object, str]]] = {}  # id(param) -> [(module fqn, module, param name)]
     parameters_by_storage: dict[int | None, nn.Parameter] = {}
     for fqn, module in modules:
-        for name, parameter in module._parameters.items():
-            if parameter is None:
-                continue
+        for name, parameter in module.named_parameters(recurse=False, remove_duplicate=False):
             owners.setdefault(id(parameter), []).append((fqn, module, name))
             parameters_by_storage.setdefault(_storage_key(parameter), parameter)
     parameters_by_storage.pop(None, None)
 
+    not_gemms = (
+        nn.Embedding,
+        nn.Conv1d,
+        nn.Conv2d,
+        nn.Conv3d,
+        nn.ConvTranspose1d,
+        nn.ConvTranspose2d,
+        nn.ConvTranspose3d,
+    )
     if not linears and not any(
-        p.dim() >= 2
-        for _, m in modules
-        for p in m._parameters.values()
-        if p is not None and not isinstance(m, (nn.Embedding, nn.modules.conv._ConvNd))
+        p.dim() >= 2 for _, m in modules if not isinstance(m, not_gemms) for p in m.parameters(recurse=False)
     ):
         raise TargetError(
             f"{target_text} has no nn.Linear (and no other parameter a GEMM could multiply)",
@@ -583,7 +593,7 @@ def _build_layers(
     for fqn, module in modules:
         if isinstance(module, nn.Linear):
             layers.append(_linear_layer(fqn, module, trace))
-        for name in module._parameters:
+        for name, _ in module.named_parameters(recurse=False, remove_duplicate=False):
             found = per_parameter.get((id(module), name))
             if found:
                 layers.append(_parameter_layer(fqn, module, name, found, owners))

@@ -33,9 +33,9 @@ from typing import Any
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from torch.utils._device import _device_constructors
 
-from fp8advisor.errors import ModelInputsError, TargetError, quote
+from fp8advisor import compat
+from fp8advisor.errors import CompatError, ModelInputsError, TargetError, quote
 
 FACTORY_NAMES = ("build_model", "build", "get_model", "create_model")
 EXAMPLE_INPUTS_NAME = "example_inputs"
@@ -161,7 +161,7 @@ class _RedirectDevices(TorchFunctionMode):
     def __init__(self, device: torch.device, skip_init: bool):
         super().__init__()
         self.device = device
-        self.constructors = _device_constructors()
+        self.constructors = compat.device_constructors()
         self.skip_init = skip_init and device.type == "meta"
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -187,7 +187,7 @@ class _RedirectDevices(TorchFunctionMode):
 
     def _to(self, func, args, kwargs):
         tensor, rest = args[0], args[1:]
-        device, dtype, non_blocking, memory_format = torch._C._nn._parse_to(*rest, **kwargs)
+        device, dtype, non_blocking, memory_format = compat.parse_to(*rest, **kwargs)
         if device is None or torch.device(device) == self.device:
             return func(*args, **kwargs)
         if rest and isinstance(rest[0], torch.Tensor):
@@ -204,7 +204,7 @@ class _RedirectDevices(TorchFunctionMode):
 
 # In-place methods that `torch.nn.init` and `reset_parameters` use to fill weights: no-ops on the meta device.
 _INIT_FUNCTIONS = {
-    getattr(torch._C.TensorBase, name)
+    getattr(torch.Tensor, name)
     for name in (
         "uniform_",
         "normal_",
@@ -225,7 +225,7 @@ _INIT_FUNCTIONS = {
         "clamp_min_",
         "clamp_max_",
     )
-    if hasattr(torch._C.TensorBase, name)
+    if hasattr(torch.Tensor, name)
 } | {
     function
     for name, function in vars(torch.nn.init).items()
@@ -242,81 +242,27 @@ for _name in ("xpu", "mps", "ipu", "hpu", "mtia"):
         _DEVICE_METHODS.add(getattr(torch.Tensor, _name))
 
 
-_DISABLE_DYNAMO_CODE = None
-_REFS_TO_UNWRAP: list | None = None
-
-
-def _dynamo_disabled_refs() -> list:
-    """The functions torch wraps with `torch._disable_dynamo` among its Python meta kernels and refs.
-
-    Each such wrapper imports torch._dynamo on its first call (about 3 s) only to mark the function "do not
-    compile". Nothing here runs under torch.compile, so `_skip_dynamo_import` pre-fills the cache the wrapper
-    looks at, for the duration of a build or trace, and removes it afterwards.
-    """
-    global _DISABLE_DYNAMO_CODE, _REFS_TO_UNWRAP
-    if _REFS_TO_UNWRAP is not None:
-        return _REFS_TO_UNWRAP
-    import functools
-    import types
-
-    import torch._decomp
-    import torch._refs  # noqa: F401
-
-    _DISABLE_DYNAMO_CODE = torch._disable_dynamo(lambda: None).__code__
-    prefixes = ("torch._refs", "torch._decomp", "torch._prims", "torch._meta_registrations")
-    pending = [
-        value
-        for name, module in list(sys.modules.items())
-        if module is not None and name.startswith(prefixes)
-        for value in vars(module).values()
-        if callable(value)
-    ]
-    for table in torch._decomp.global_decomposition_table.values():
-        pending.extend(table.values())
-    seen: set[int] = set()
-    found = []
-    while pending:
-        function = pending.pop()
-        if id(function) in seen:
-            continue
-        seen.add(id(function))
-        code = getattr(function, "__code__", None)
-        if code is _DISABLE_DYNAMO_CODE and "fn" in code.co_freevars:
-            found.append(function.__closure__[code.co_freevars.index("fn")].cell_contents)
-        wrapped = getattr(function, "__wrapped__", None)
-        if wrapped is not None:
-            pending.append(wrapped)
-        if isinstance(function, functools.partial):
-            pending.append(function.func)
-        for cell in getattr(function, "__closure__", None) or ():
-            try:
-                content = cell.cell_contents
-            except ValueError:
-                continue
-            if isinstance(content, (types.FunctionType, functools.partial)):
-                pending.append(content)
-    _REFS_TO_UNWRAP = found
-    return found
-
-
 @contextlib.contextmanager
 def _skip_dynamo_import() -> Iterator[None]:
-    if "torch._dynamo" in sys.modules:
+    """For the duration of a build or trace, call torch's meta kernels and refs without importing
+    torch._dynamo (about 3 s): nothing here runs under torch.compile (`compat.dynamo_disabled_functions`)."""
+    if compat.dynamo_imported():
         yield  # already paid for
         return
     try:
-        refs = _dynamo_disabled_refs()
+        refs = compat.dynamo_disabled_functions()
     except Exception:  # torch internals moved: inspection still works, only slower (torch._dynamo imports)
         refs = []
-    patched = [f for f in refs if getattr(f, "__dynamo_disable", None) is None]
+    cache = compat.DYNAMO_DISABLE_CACHE_ATTR
+    patched = [f for f in refs if getattr(f, cache, None) is None]
     try:
         for function in patched:
-            function.__dynamo_disable = function
+            setattr(function, cache, function)
         yield
     finally:
         for function in patched:
-            if getattr(function, "__dynamo_disable", None) is function:
-                del function.__dynamo_disable
+            if getattr(function, cache, None) is function:
+                delattr(function, cache)
 
 
 @contextlib.contextmanager
@@ -488,6 +434,8 @@ def _import_file(spec: TargetSpec) -> ModuleType:
     sys.modules[module_name] = module
     try:
         exec(code, module.__dict__)
+    except CompatError:
+        raise  # our own lookup of a torch internal failed, not the user's code
     except Exception as error:
         hint = (
             "install the missing package, or remove the import from the model file"
@@ -657,6 +605,8 @@ def _call_user(factory: Callable, kwargs: dict[str, Any], spec: TargetSpec, buil
         pass  # no signature (builtin): let the call say
     try:
         return factory(**kwargs)
+    except CompatError:
+        raise  # our own lookup of a torch internal failed, not the user's code
     except Exception as error:
         raise TargetError(
             f"building the model failed in {built_by}: {describe_error(error)}",
@@ -765,6 +715,8 @@ def make_example_inputs(
         ):
             try:
                 value = user_fn(batch, seq)
+            except CompatError:
+                raise  # our own lookup of a torch internal failed, not the user's code
             except Exception as error:
                 raise ModelInputsError(
                     f"{EXAMPLE_INPUTS_NAME}({batch}, {seq}) failed: {describe_error(error)}",

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import torch
 
+from fp8advisor import compat
 from fp8advisor_kernels.bandwidth import copy, copy_bytes_moved
 from fp8advisor_kernels.quantize import quantize_rowwise, quantize_tensorwise
 
@@ -84,9 +85,10 @@ def fp8_gemm_seconds(
 ) -> float:
     """Median time of one `torch._scaled_mm` (M, K) x (K, N) -> bf16."""
     a, b, scale_a, scale_b = _fp8_operands(M, K, N, rowwise, device)
+    scaled_mm = compat.scaled_mm()
 
     def run():
-        return torch._scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, use_fast_accum=fast_accum)
+        return scaled_mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, use_fast_accum=fast_accum)
 
     return do_bench_seconds(run, **budget)["median"]
 

@@ -173,7 +173,7 @@ def test_auto_does_not_rank_across_provenance():
 
 
 def test_torchao_auto_filter_is_the_real_function(monkeypatch):
-    import torchao.float8.float8_linear_utils as utils
+    import torchao.float8 as utils  # where fp8advisor.compat finds it
 
     real = utils._auto_filter_for_recipe
     seen = []
