@@ -623,12 +623,15 @@ def verify(
     real_model_max_parameters: int = REAL_MODEL_MAX_PARAMETERS,
     sqnr_threshold_db: float = SQNR_THRESHOLD_DB,
     seed: int = 0,
+    trust_config: bool = False,
 ) -> VerifyReport:
     """Check that the config at `config_path` converts exactly the layers `advise` picks for `target` at
     (batch, seq), that they run float8 GEMMs and nothing else does, and that their numerics are sound.
 
     `recipe`: the recipe to advise with; None = the one the config names (for a bare filter list: "auto").
     `profile`, `min_speedup`: as `suggest`. `predictor` replaces the profile's predictions (tests).
+    `trust_config`: run a Python config's filter function instead of evaluating it from its syntax
+    (`fp8advisor.configs.read_config`).
     Raises AdvisorError subclasses (exit 2) for unusable input; the report's `exit_code` is 0 or 1.
     """
     from fp8advisor.advise import AUTO, DEFAULT_MIN_SPEEDUP, advise
@@ -637,7 +640,7 @@ def verify(
 
     min_speedup = DEFAULT_MIN_SPEEDUP if min_speedup is None else min_speedup
     requested_recipe = parse_recipe(str(recipe)) if recipe not in (None, AUTO) else None
-    config = read_config(config_path, recipe=requested_recipe)
+    config = read_config(config_path, recipe=requested_recipe, trust_config=trust_config)
     notes: list[str] = list(config.notes)
     differences: list[Difference] = []
 
