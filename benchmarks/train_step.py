@@ -312,13 +312,6 @@ def build_model(settings: Settings, device: str):
         torch.set_default_dtype(previous)
 
 
-def float8_config(recipe: str, *, emulate: bool):
-    from torchao.float8 import Float8LinearConfig
-
-    config = Float8LinearConfig.from_recipe_name(recipe)
-    return dataclasses.replace(config, emulate=True) if emulate else config
-
-
 def convertible(module, fqn: str) -> bool:
     """Every nn.Linear float8 GEMMs can run: K and N multiples of 16 (`torch._scaled_mm`)."""
     from torch import nn
@@ -350,6 +343,8 @@ def convert(model, variant: Variant, recipe: str, advice, *, emulate: bool) -> l
         return []
     from torchao.float8 import convert_to_float8_training
     from torchao.float8.float8_linear import Float8Linear
+
+    from fp8advisor.recipes import float8_config
 
     convert_to_float8_training(
         model,

@@ -44,7 +44,6 @@ that the activation outliers of a real model do not raise false alarms, and far 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -59,7 +58,7 @@ from fp8advisor.configs import AUTO_FILTER_FLAG, FrameworkConfig, read_config
 from fp8advisor.device import MIN_FP8_CAPABILITY
 from fp8advisor.errors import AdvisorError, TargetError
 from fp8advisor.layers import LayerStatus, ModelLayers, block_shape
-from fp8advisor.recipes import Recipe, parse_recipe
+from fp8advisor.recipes import Recipe, float8_config, parse_recipe, sqnr_db
 
 #: A layer whose float8 output or input-gradient SQNR is below this is flagged (see the module docstring).
 SQNR_THRESHOLD_DB = 15.0
@@ -383,14 +382,6 @@ class OpTrace:
 # Building what runs
 
 
-def float8_config(recipe: Recipe, *, emulate: bool):
-    """torchao's config for `recipe`, emulated on the CPU."""
-    from torchao.float8 import Float8LinearConfig
-
-    config = Float8LinearConfig.from_recipe_name(recipe.value)
-    return dataclasses.replace(config, emulate=emulate) if emulate else config
-
-
 def converted_fqns(model: nn.Module) -> set[str]:
     """FQNs of the Float8Linear modules in `model` (each once, under its first name, as torchao swaps)."""
     from torchao.float8.float8_linear import Float8Linear
@@ -559,16 +550,6 @@ def _forward_backward(bf16_model, float8_model, args, kwargs, converted, seed):
     with OpTrace(float8_model) as trace:
         float8_outputs = _run(float8_model, args, kwargs, seed)
     return bf16_capture, bf16_outputs, float8_outputs, trace
-
-
-def sqnr_db(reference: torch.Tensor, value: torch.Tensor) -> float:
-    """Signal-to-quantization-noise ratio in dB: 20 log10(|ref| / |ref - value|) in float32; inf if equal."""
-    reference, value = reference.float(), value.float()
-    noise = torch.linalg.vector_norm(reference - value)
-    signal = torch.linalg.vector_norm(reference)
-    if noise == 0:
-        return math.inf
-    return float(20 * torch.log10(signal / noise))
 
 
 def layer_sqnr(
