@@ -89,6 +89,39 @@ def test_torchtitan_toml_auto_filter_uses_torchaos_rule(tmp_path):
 
 
 @pytest.mark.parametrize(
+    "value",
+    [
+        '"output,attention.wk"',  # torchtitan's command-line form, written into the TOML
+        '" output , attention.wk ,"',  # spaces and a trailing comma, as torchtitan's string_list strips them
+    ],
+)
+def test_torchtitan_toml_comma_separated_filter_fqns_are_entries(tmp_path, value):
+    text = TOML_ROWWISE.replace('["output", "attention.wk"]', value)
+    config = read_config(write(tmp_path, "job.toml", text))
+    assert config.filter_fqns == ("output", "attention.wk")
+    assert not config.decides(linear(4096, 1024), "layers.0.attention.wk")
+    assert not config.decides(linear(4096, 128256), "output")
+    assert config.decides(linear(4096, 4096), "layers.0.attention.wq")
+
+
+@pytest.mark.parametrize(
+    ("compile_section", "compiled"),
+    [
+        ("enable = true", True),  # components default to ["model", "loss"]
+        ('enable = true\ncomponents = ["model"]', True),
+        ('enable = true\ncomponents = ["loss"]', False),  # the loss alone: the float8 Linears run eager
+        ('enable = false\ncomponents = ["model"]', False),
+    ],
+)
+def test_torchtitan_toml_compile_must_cover_the_model(tmp_path, compile_section, compiled):
+    text = TOML_ROWWISE.replace("[compile]\nenable = true", f"[compile]\n{compile_section}")
+    config = read_config(write(tmp_path, "job.toml", text))
+    assert config.compile_enabled is compiled
+    slower = [note for note in config.notes if "slower than bf16" in note]
+    assert bool(slower) is not compiled
+
+
+@pytest.mark.parametrize(
     ("text", "message"),
     [
         (
