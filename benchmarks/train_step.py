@@ -534,7 +534,8 @@ def plan_advice(settings: Settings, seq: int, recipe: str, profile_choice):
 
 def prediction_record(advice, seq: int, settings: Settings) -> dict:
     """What fp8advisor predicted for one token count and recipe (JSON)."""
-    from fp8advisor.advise import PROVENANCE_RANK, group_layers
+    from fp8advisor.advise import group_layers
+    from fp8advisor.profile import PROVENANCE_RANK
 
     timed = [layer for layer in advice.layers if layer.counts_in_linear_time]
     strategies = {}
