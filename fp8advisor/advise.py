@@ -178,13 +178,11 @@ class Advice:
         fl = self.filter_list
         advised = len(self.convert_fqns)
         linear = len(self.linear_fqns)
+        simulated = f"simulated ({fl.framework.framework_name} substring rule on all {linear} nn.Linear FQNs)"
         if fl.exact:
-            return (
-                f"simulated ({fl.framework.value} substring rule on all {linear} nn.Linear FQNs): "
-                f"converts exactly the {advised} advised layers"
-            )
+            return f"{simulated}: converts exactly the {advised} advised layers"
         return (
-            f"simulated ({fl.framework.value} substring rule on all {linear} nn.Linear FQNs): converts "
+            f"{simulated}: converts "
             f"{len(fl.converted)} of the {advised} advised layers; no substring list can be exact "
             f"({len(fl.conflicts)} conflict(s)), the other {len(fl.demoted)} stay in bf16"
         )

@@ -43,10 +43,10 @@ from typing import Any
 
 from torch import nn
 
-from fp8advisor.emit import ConfigFormat, parse_format
 from fp8advisor.errors import ConfigError, parse_choice
 from fp8advisor.filter_eval import NOT_LITERAL, FilterEvaluator, literal_value
 from fp8advisor.filters import dims_divisible_by_16, matches_filter
+from fp8advisor.formats import ConfigFormat, parse_format
 from fp8advisor.recipes import Recipe, parse_recipe
 
 try:  # Python 3.11+

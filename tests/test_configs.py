@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from fp8advisor.configs import AUTO_FILTER_FLAG, read_config
-from fp8advisor.emit import ConfigFormat
 from fp8advisor.errors import ConfigError
+from fp8advisor.formats import ConfigFormat
 from fp8advisor.recipes import Recipe
 
 

@@ -49,7 +49,8 @@ def toml(tmp_path: Path, entries: list[str], **kwargs) -> Path:
 def suggested(tiny, tmp_path_factory):
     """Write every format with fp8advisor's own emitter, for the same model, batch, seq and recipe."""
     from fp8advisor.advise import advise
-    from fp8advisor.emit import ConfigFormat, Request, render
+    from fp8advisor.emit import Request, render
+    from fp8advisor.formats import ConfigFormat
     from fp8advisor.layers import inspect_model
     from fp8advisor.verify import _TestProfile
 
