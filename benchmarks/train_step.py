@@ -312,13 +312,6 @@ def build_model(settings: Settings, device: str):
         torch.set_default_dtype(previous)
 
 
-def float8_config(recipe: str, *, emulate: bool):
-    from torchao.float8 import Float8LinearConfig
-
-    config = Float8LinearConfig.from_recipe_name(recipe)
-    return dataclasses.replace(config, emulate=True) if emulate else config
-
-
 def convertible(module, fqn: str) -> bool:
     """Every nn.Linear float8 GEMMs can run: K and N multiples of 16 (`torch._scaled_mm`)."""
     from torch import nn
@@ -351,6 +344,7 @@ def convert(model, variant: Variant, recipe: str, advice, *, emulate: bool) -> l
     from torchao.float8 import convert_to_float8_training
 
     from fp8advisor import compat
+    from fp8advisor.recipes import float8_config
 
     convert_to_float8_training(
         model,
@@ -543,7 +537,8 @@ def plan_advice(settings: Settings, seq: int, recipe: str, profile_choice):
 
 def prediction_record(advice, seq: int, settings: Settings) -> dict:
     """What fp8advisor predicted for one token count and recipe (JSON)."""
-    from fp8advisor.advise import PROVENANCE_RANK, group_layers
+    from fp8advisor.advise import group_layers
+    from fp8advisor.profile import PROVENANCE_RANK
 
     timed = [layer for layer in advice.layers if layer.counts_in_linear_time]
     strategies = {}

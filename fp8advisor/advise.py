@@ -24,6 +24,7 @@ from fp8advisor import compat
 from fp8advisor.device import MIN_FP8_CAPABILITY
 from fp8advisor.filters import FilterList, Framework, dims_divisible_by_16, shortest_exact_filter
 from fp8advisor.layers import Folded, GemmLayer, LayerStatus, ModelLayers, fold_repeated
+from fp8advisor.profile import PROVENANCE_RANK
 from fp8advisor.recipes import ALL_RECIPES, Recipe, parse_recipe
 
 #: The default `min_speedup`. Converting exactly the layers predicted to be faster minimises the predicted
@@ -36,9 +37,6 @@ DEFAULT_MIN_SPEEDUP = 1.01
 
 #: A profile whose held-out median error exceeds this gets a warning with every advice made from it.
 LARGE_PROFILE_ERROR = 0.10
-
-#: Evidence ranks used to compare recipes: figures are compared only within one provenance.
-PROVENANCE_RANK = {"measured": 0, "published": 1, "modelled": 2, "emulated": 3}
 
 AUTO = "auto"
 
@@ -181,13 +179,11 @@ class Advice:
         fl = self.filter_list
         advised = len(self.convert_fqns)
         linear = len(self.linear_fqns)
+        simulated = f"simulated ({fl.framework.framework_name} substring rule on all {linear} nn.Linear FQNs)"
         if fl.exact:
-            return (
-                f"simulated ({fl.framework.value} substring rule on all {linear} nn.Linear FQNs): "
-                f"converts exactly the {advised} advised layers"
-            )
+            return f"{simulated}: converts exactly the {advised} advised layers"
         return (
-            f"simulated ({fl.framework.value} substring rule on all {linear} nn.Linear FQNs): converts "
+            f"{simulated}: converts "
             f"{len(fl.converted)} of the {advised} advised layers; no substring list can be exact "
             f"({len(fl.conflicts)} conflict(s)), the other {len(fl.demoted)} stay in bf16"
         )

@@ -61,7 +61,7 @@ from fp8advisor import compat
 from fp8advisor import results as results_store
 from fp8advisor.errors import AdvisorError
 from fp8advisor.files import DirectoryLock, check_output_directory
-from fp8advisor.recipes import ALL_RECIPES, BASELINE, parse_recipe
+from fp8advisor.recipes import ALL_RECIPES, BASELINE, float8_config, parse_recipe, sqnr_db
 from fp8advisor.schedule import DurationEstimator, Shard, TimeBudget, batches, sweep_order
 from fp8advisor.timers import CompileRecord, CpuTimer, CudaTimer, ProfileSummary, Timer
 
@@ -372,13 +372,6 @@ def make_inputs(M: int, K: int, N: int, *, device: str, seed: int):
     return x, grad_output
 
 
-def float8_config(recipe: str, *, emulate: bool):
-    from torchao.float8 import Float8LinearConfig
-
-    config = Float8LinearConfig.from_recipe_name(recipe)
-    return dataclasses.replace(config, emulate=True) if emulate else config
-
-
 def prepare_module(base, recipe: str, *, emulate: bool):
     """A deep copy of `base`, converted to float8 training under `recipe` unless it is bf16 (not compiled)."""
     module = copy.deepcopy(base)
@@ -393,11 +386,6 @@ def compile_module(module):
     """`torch.compile` in default mode after `torch._dynamo.reset()`, as torchao's benchmark does."""
     compat.dynamo_reset()
     return _torch().compile(module)
-
-
-def sqnr_db(reference, actual) -> float:
-    """torchao's `compute_error`: 20 log10(|reference| / |reference - actual|), in float32."""
-    return float(compat.compute_error(reference.detach().float(), actual.detach().float()))
 
 
 # --- a shape's measurements ---------------------------------------------------------------------------------

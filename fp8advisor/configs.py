@@ -19,19 +19,22 @@ Every format `fp8advisor suggest` writes is read here, and hand-written files in
 
 Python files are parsed, never imported. The recipe comes from the literal in
 `Float8LinearConfig.from_recipe_name("...")` or `Float8LinearConfig(...)`. The filter function
-(`module_filter_fn` / `module_filter_func`) decides exactly which layers the framework converts, so knowing
-its answer means running it: we compile ONLY that function's definition (or lambda), with the literal
-module-level constants it names plus `torch` and `nn`, under a short list of builtins (no `open`, no
-`__import__`). Nothing else in the file runs: no imports of the user's packages, no model, no training. This
-is the very code the framework itself runs, with the same arguments, on the same modules, when the user's
-training starts, and the user asked `verify` to check exactly that code. A filter that needs more (other
-functions of the file, imported helpers) is reported as a ConfigError naming what is missing, never guessed.
+(`module_filter_fn` / `module_filter_func`) decides exactly which layers the framework converts. By default
+none of the file's code runs: `fp8advisor.filter_eval.FilterEvaluator` evaluates the function from its syntax
+tree (names, literal sets, fqn tests, `isinstance(module, nn.Linear)`, in_features/out_features arithmetic,
+the file's literal constants) and refuses anything else with a ConfigError naming the construct and its line.
+With `trust_config=True` (`verify --trust-config`) we compile ONLY that function's definition (or lambda),
+with the literal module-level constants it names plus `torch` and `nn`, under a short list of builtins, and
+run it as the framework will. Either way nothing else in the file runs: no imports of the user's packages, no
+model, no training. A filter that needs more (other functions of the file, imported helpers) is reported as a
+ConfigError naming what is missing, never guessed.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -40,9 +43,11 @@ from typing import Any
 
 from torch import nn
 
-from fp8advisor.emit import ConfigFormat, parse_format
+from fp8advisor import compat
 from fp8advisor.errors import ConfigError, parse_choice
+from fp8advisor.filter_eval import NOT_LITERAL, FilterEvaluator, literal_value
 from fp8advisor.filters import dims_divisible_by_16, matches_filter
+from fp8advisor.formats import ConfigFormat, parse_format
 from fp8advisor.recipes import Recipe, parse_recipe
 
 try:  # Python 3.11+
@@ -148,10 +153,8 @@ def substring_rule(filter_fqns: tuple[str, ...]) -> Predicate:
 
 def torchao_auto_filter(recipe: Recipe, filter_fqns: tuple[str, ...]) -> Predicate:
     """torchao's own `_auto_filter_for_recipe` (the real function), as torchtitan calls it."""
-    from torchao.float8 import _auto_filter_for_recipe
-
     try:
-        return _auto_filter_for_recipe(recipe.value, filter_fqns=list(filter_fqns))
+        return compat.auto_filter_for_recipe(recipe.value, filter_fqns=list(filter_fqns))
     except NotImplementedError:
         raise ConfigError(
             f'"{AUTO_FILTER_FLAG}" has no rule for recipe {recipe.value}: torchao raises NotImplementedError',
@@ -283,10 +286,16 @@ def detect_framework(path: Path, text: str) -> ConfigFormat:
 
 
 def read_config(
-    path: str | Path, *, framework: ConfigFormat | str | None = None, recipe: Recipe | str | None = None
+    path: str | Path,
+    *,
+    framework: ConfigFormat | str | None = None,
+    recipe: Recipe | str | None = None,
+    trust_config: bool = False,
 ) -> FrameworkConfig:
     """Read `path` as its framework would. `framework` overrides detection; `recipe` is used only where the
-    file names none (a bare filter list). Raises ConfigError (exit 2) for unreadable or unsupported files."""
+    file names none (a bare filter list). `trust_config`: run a Python filter function instead of evaluating
+    it from its syntax (see the module docstring). Raises ConfigError (exit 2) for unreadable or unsupported
+    files, and for a Python filter this tool cannot evaluate without running it."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -304,7 +313,10 @@ def read_config(
         ConfigFormat.TORCHAO: _read_torchao,
         ConfigFormat.FILTER: _read_filter,
     }
-    return readers[chosen](path, text, default_recipe)
+    reader = readers[chosen]
+    if chosen in (ConfigFormat.ACCELERATE, ConfigFormat.TORCHAO):
+        reader = functools.partial(reader, trust_config=trust_config)
+    return reader(path, text, default_recipe)
 
 
 def _recipe(name: Any, path: Path, where: str) -> Recipe:
@@ -647,7 +659,9 @@ def _recipe_from_python(node: ast.expr | None, tree: ast.Module, path: Path) -> 
     )
 
 
-def _read_torchao(path: Path, text: str, default_recipe: Recipe | None) -> FrameworkConfig:
+def _read_torchao(
+    path: Path, text: str, default_recipe: Recipe | None, *, trust_config: bool = False
+) -> FrameworkConfig:
     tree = _parse_python(path, text)
     call = _single_call(tree, "convert_to_float8_training", path)
     recipe = _recipe_from_python(_keyword(call, "config"), tree, path)
@@ -665,13 +679,15 @@ def _read_torchao(path: Path, text: str, default_recipe: Recipe | None) -> Frame
             ("no module_filter_fn: torchao converts every nn.Linear, lm_head included",),
             lambda model: lambda module, fqn: True,
         )
-    predicate, rule, entries = _filter_function(filter_node, tree, path, text)
+    predicate, rule, entries = _filter_function(filter_node, tree, path, trust_config=trust_config)
     return FrameworkConfig(
         ConfigFormat.TORCHAO, path, True, recipe, entries, rule, None, (), lambda model: predicate
     )
 
 
-def _read_accelerate(path: Path, text: str, default_recipe: Recipe | None) -> FrameworkConfig:
+def _read_accelerate(
+    path: Path, text: str, default_recipe: Recipe | None, *, trust_config: bool = False
+) -> FrameworkConfig:
     tree = _parse_python(path, text)
     call = _single_call(tree, "AORecipeKwargs", path)
     recipe = _recipe_from_python(_keyword(call, "config"), tree, path)
@@ -708,7 +724,7 @@ def _read_accelerate(path: Path, text: str, default_recipe: Recipe | None) -> Fr
             tuple(notes),
             accelerate_default_rule,
         )
-    predicate, rule, entries = _filter_function(filter_node, tree, path, text)
+    predicate, rule, entries = _filter_function(filter_node, tree, path, trust_config=trust_config)
     return FrameworkConfig(
         ConfigFormat.ACCELERATE,
         path,
@@ -723,9 +739,10 @@ def _read_accelerate(path: Path, text: str, default_recipe: Recipe | None) -> Fr
 
 
 def _filter_function(
-    node: ast.expr, tree: ast.Module, path: Path, text: str
+    node: ast.expr, tree: ast.Module, path: Path, *, trust_config: bool
 ) -> tuple[Predicate, str, tuple[str, ...] | None]:
-    """Compile the filter the framework would call, alone; see the module docstring for why this is run."""
+    """The filter the framework would call: evaluated from its syntax, or (`trust_config`) compiled alone and
+    run; see the module docstring."""
     if isinstance(node, ast.Call) and _call_name(node) == "_auto_filter_for_recipe":
         recipe_node = node.args[0] if node.args else _keyword(node, "recipe")
         fqns_node = node.args[1] if len(node.args) > 1 else _keyword(node, "filter_fqns")
@@ -742,14 +759,14 @@ def _filter_function(
         target = ast.copy_location(ast.Name(id="_fp8advisor_filter", ctx=ast.Store()), node)
         definition: ast.stmt = ast.copy_location(ast.Assign(targets=[target], value=node), node)
         name = "_fp8advisor_filter"
-        function_node: ast.AST = node
+        function_node: ast.FunctionDef | ast.Lambda = node
     elif isinstance(node, ast.Name):
         name = node.id
         definitions = [s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name == name]
         if not definitions:
             assigned = _module_assignments(tree).get(name)
             if isinstance(assigned, ast.Lambda):
-                return _filter_function(assigned, tree, path, text)
+                return _filter_function(assigned, tree, path, trust_config=trust_config)
             raise ConfigError(
                 f"the filter function {name} is not defined at module level in {path.name}",
                 location=str(path),
@@ -764,13 +781,17 @@ def _filter_function(
             location=f"{path}:{node.lineno}",
             hint="pass a top-level function or a lambda as module_filter_fn / module_filter_func",
         )
+    entries = _literal_entries(function_node, tree)
+    shown = name if name != "_fp8advisor_filter" else "lambda"
+    if not trust_config:
+        evaluated = FilterEvaluator(function_node, tree, path)
+        return evaluated, f"Python filter {shown}() (line {function_node.lineno})", entries
     namespace = _filter_namespace(function_node, tree, path)
     module = ast.fix_missing_locations(ast.Module(body=[definition], type_ignores=[]))
     exec(
         compile(module, str(path), "exec"), namespace
-    )  # only the filter definition: see the module docstring
+    )  # only the filter definition, and only with --trust-config: see the module docstring
     function = namespace[name]
-    entries = _literal_entries(function_node, tree)
 
     def decides(module: nn.Module, fqn: str) -> bool:
         try:
@@ -782,8 +803,7 @@ def _filter_function(
                 hint="the filter may use only its arguments, literal module-level constants, torch and nn",
             ) from error
 
-    shown = name if name != "_fp8advisor_filter" else "lambda"
-    return decides, f"Python filter {shown}() (line {function_node.lineno})", entries
+    return decides, f"Python filter {shown}() (line {function_node.lineno}), run (--trust-config)", entries
 
 
 def _filter_namespace(function_node: ast.AST, tree: ast.Module, path: Path) -> dict[str, Any]:
@@ -802,8 +822,8 @@ def _filter_namespace(function_node: ast.AST, tree: ast.Module, path: Path) -> d
         if value is None:
             missing.append(name)
             continue
-        constant = _constant_value(value)
-        if constant is _NOT_LITERAL:
+        constant = literal_value(value)
+        if constant is NOT_LITERAL:
             raise ConfigError(
                 f"the filter uses {name}, which is not a literal constant: {ast.unparse(value)[:80]}",
                 location=f"{path}:{value.lineno}",
@@ -820,30 +840,6 @@ def _filter_namespace(function_node: ast.AST, tree: ast.Module, path: Path) -> d
             "torch and nn",
         )
     return namespace
-
-
-_NOT_LITERAL = object()
-
-
-def _constant_value(node: ast.expr) -> Any:
-    """A literal, or set()/frozenset()/tuple()/list() of a literal."""
-    try:
-        return ast.literal_eval(node)
-    except ValueError:
-        pass
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id in ("set", "frozenset", "tuple", "list")
-        and len(node.args) <= 1
-        and not node.keywords
-    ):
-        try:
-            inner = ast.literal_eval(node.args[0]) if node.args else ()
-        except ValueError:
-            return _NOT_LITERAL
-        return {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list}[node.func.id](inner)
-    return _NOT_LITERAL
 
 
 def _bound_names(function_node: ast.AST) -> set[str]:
@@ -865,7 +861,7 @@ def _literal_entries(function_node: ast.AST, tree: ast.Module) -> tuple[str, ...
     collections: list[Any] = []
     for node in ast.walk(function_node):
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in assignments:
-            value = _constant_value(assignments[node.id])
+            value = literal_value(assignments[node.id])
             if (
                 isinstance(value, (set, frozenset, list, tuple))
                 and value

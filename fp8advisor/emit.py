@@ -33,35 +33,16 @@ from __future__ import annotations
 import difflib
 import json
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 
 import yaml
 
 from fp8advisor import __version__
 from fp8advisor.advise import DEFAULT_MIN_SPEEDUP, Advice
-from fp8advisor.errors import ConfigError, parse_choice
+from fp8advisor.errors import ConfigError
 from fp8advisor.files import GENERATED_MARK, write_atomic
+from fp8advisor.formats import ConfigFormat, parse_format
 from fp8advisor.recipes import Recipe
-
-
-class ConfigFormat(str, Enum):
-    """A `suggest --format` name."""
-
-    TORCHTITAN_TOML = "torchtitan-toml"
-    TORCHTITAN_PY = "torchtitan-py"
-    NEMO_AUTOMODEL = "nemo-automodel"
-    ACCELERATE = "accelerate"
-    TORCHAO = "torchao"
-    FILTER = "filter"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-def parse_format(name: str | ConfigFormat) -> ConfigFormat:
-    """`ConfigFormat` from its name; a ConfigError listing the valid names otherwise."""
-    return parse_choice(ConfigFormat, name, "--format", error=ConfigError)
 
 
 @dataclass(frozen=True)

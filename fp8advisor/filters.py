@@ -23,36 +23,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 
 from fp8advisor.errors import parse_choice
+from fp8advisor.formats import SUBSTRING_FORMATS, ConfigFormat
 from fp8advisor.layers import GemmLayer
 from fp8advisor.recipes import Recipe
 
-
-class Framework(str, Enum):
-    """A training framework whose float8 layer selection fp8advisor simulates."""
-
-    TORCHTITAN = "torchtitan"  # 0.2.x TOML job config: [quantize.linear.float8] filter_fqns
-    TORCHTITAN_0_3 = "torchtitan-0.3"  # Python recipe: Float8LinearConverter.Config(filter_fqns=...)
-    NEMO_AUTOMODEL = "nemo-automodel"  # YAML fp8.filter_fqns
-    TORCHAO_AUTO = "torchao-auto"  # torchao's _auto_filter_for_recipe(recipe, filter_fqns)
-    TORCHAO = "torchao"  # convert_to_float8_training(module_filter_fn=exact set)
-    ACCELERATE = "accelerate"  # AORecipeKwargs(module_filter_func=exact set)
-
-    def __str__(self) -> str:
-        return self.value
-
-    @property
-    def uses_substring_filter(self) -> bool:
-        """True when the framework's only layer control is a list of FQN substrings to keep in bf16."""
-        return self in SUBSTRING_FRAMEWORKS
-
-
+#: The frameworks simulated here are the config formats of `fp8advisor.formats`: one enum for the writer, the
+#: reader and the simulation (`Framework.TORCHTITAN` is `ConfigFormat.TORCHTITAN_TOML`, `TORCHTITAN_0_3` is
+#: `TORCHTITAN_PY`).
+Framework = ConfigFormat
 #: Frameworks whose `filter_fqns` entries keep a layer in bf16 when the entry is a substring of its FQN.
-SUBSTRING_FRAMEWORKS: frozenset[Framework] = frozenset(
-    {Framework.TORCHTITAN, Framework.TORCHTITAN_0_3, Framework.NEMO_AUTOMODEL, Framework.TORCHAO_AUTO}
-)
+SUBSTRING_FRAMEWORKS = SUBSTRING_FORMATS
 
 
 def parse_framework(name: str | Framework) -> Framework:

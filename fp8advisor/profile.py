@@ -27,6 +27,10 @@ SCHEMA = "fp8advisor.profile/1"
 #: never selected automatically.
 PROVENANCES = ("measured", "published", "modelled", "emulated")
 
+#: Evidence ranks, best first (the order above): the profile that answers when several describe one GPU type,
+#: and the provenance within which `advise` compares recipes' figures.
+PROVENANCE_RANK = {provenance: rank for rank, provenance in enumerate(PROVENANCES)}
+
 #: Environment variable naming the directory of the user's own profiles (default:
 #: ~/.cache/fp8advisor/profiles).
 PROFILE_DIR_ENV = "FP8ADVISOR_PROFILE_DIR"
@@ -531,15 +535,11 @@ def _detect_device_name() -> str | None:
     return None
 
 
-#: Which provenance answers first when several profiles describe one GPU type.
-_PROVENANCE_RANK = {"measured": 0, "published": 1, "modelled": 2}
-
-
 def _best(profiles: list[Profile]) -> Profile:
     """Measured before published before modelled; among equals the newest (`created`, then name)."""
-    best_rank = min(_PROVENANCE_RANK[profile.provenance] for profile in profiles)
+    best_rank = min(PROVENANCE_RANK[profile.provenance] for profile in profiles)
     return max(
-        (profile for profile in profiles if _PROVENANCE_RANK[profile.provenance] == best_rank),
+        (profile for profile in profiles if PROVENANCE_RANK[profile.provenance] == best_rank),
         key=lambda profile: (profile.created, profile.name),
     )
 
@@ -600,6 +600,7 @@ def select_profile(
 __all__ = [
     "PROFILE_DIR_ENV",
     "PROVENANCES",
+    "PROVENANCE_RANK",
     "SCHEMA",
     "DeviceInfo",
     "FitError",

@@ -1,7 +1,9 @@
-"""The float8 training recipes of torchao, and the bf16 baseline they are measured against."""
+"""The float8 training recipes of torchao, the bf16 baseline they are measured against, and how far a
+float8 result lies from the baseline's (SQNR): `bench` and `verify` build and judge float8 layers alike."""
 
 from __future__ import annotations
 
+import math
 from enum import Enum
 
 
@@ -27,3 +29,28 @@ def parse_recipe(name: str) -> Recipe:
     from fp8advisor.errors import parse_choice
 
     return parse_choice(Recipe, name, "recipe")
+
+
+def float8_config(recipe: Recipe | str, *, emulate: bool):
+    """torchao's `Float8LinearConfig.from_recipe_name(recipe)`; `emulate`: torchao's emulated float8 (casts to
+    float8 for real, multiplies the float8 values in float32), which runs on a CPU."""
+    import dataclasses
+
+    from torchao.float8 import Float8LinearConfig
+
+    config = Float8LinearConfig.from_recipe_name(parse_recipe(recipe).value)
+    return dataclasses.replace(config, emulate=True) if emulate else config
+
+
+def sqnr_db(reference, actual) -> float:
+    """Signal-to-quantization-noise ratio in dB, torchao's `compute_error`: 20 log10(|reference| /
+    |reference - actual|), in float32. inf when the two are equal (no noise), even when both are zero."""
+    import torch
+
+    from fp8advisor import compat
+
+    reference, actual = reference.detach().float(), actual.detach().float()
+    value = float(compat.compute_error(reference, actual))
+    if math.isnan(value) and torch.equal(reference, actual):  # 0 / 0: both all zeros
+        return math.inf
+    return value

@@ -44,22 +44,22 @@ that the activation outliers of a real model do not raise false alarms, and far 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
+from fp8advisor import compat
 from fp8advisor.configs import AUTO_FILTER_FLAG, FrameworkConfig, read_config
 from fp8advisor.device import MIN_FP8_CAPABILITY
 from fp8advisor.errors import AdvisorError, TargetError
 from fp8advisor.layers import LayerStatus, ModelLayers, block_shape
-from fp8advisor.recipes import Recipe, parse_recipe
+from fp8advisor.recipes import Recipe, float8_config, parse_recipe, sqnr_db
 
 #: A layer whose float8 output or input-gradient SQNR is below this is flagged (see the module docstring).
 SQNR_THRESHOLD_DB = 15.0
@@ -263,9 +263,7 @@ def _is_float8_dtype(dtype: torch.dtype | None) -> bool:
 
 
 def _is_float8_operand(value: Any) -> bool:
-    from torchao.float8.float8_training_tensor import Float8TrainingTensor
-
-    return isinstance(value, Float8TrainingTensor) or (
+    return isinstance(value, compat.float8_training_tensor()) or (
         isinstance(value, torch.Tensor) and _is_float8_dtype(value.dtype)
     )
 
@@ -323,29 +321,24 @@ class OpTrace:
         """(the Linear running now, whether we are in backward)."""
         if self._active:
             return self._active[-1], False
-        node = torch._C._current_autograd_node()
+        node = compat.current_autograd_node()
         if node is None:
             return None, False
         owner = self._node_owner.get(id(node))
         return (owner[0] if owner is not None and owner[1] is node else None), True
 
     def _make_mode(self):
-        from torch.utils._python_dispatch import TorchDispatchMode
-
         trace = self
-        gemm_packets = {
-            getattr(torch.ops.aten, name) for name in _GEMM_OP_NAMES if hasattr(torch.ops.aten, name)
-        }
+        gemm_packets = {op for name in _GEMM_OP_NAMES if (op := compat.aten_op(name)) is not None}
+        cast_packets = {compat.aten_op("_to_copy"), torch.ops.aten.to} - {None}
 
-        class Recorder(TorchDispatchMode):
+        class Recorder(compat.torch_dispatch_mode()):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 kwargs = kwargs or {}
                 packet = func.overloadpacket
                 if packet in gemm_packets:
                     trace._record_gemm(any(_is_float8_operand(a) for a in (*args, *kwargs.values())))
-                elif packet in (torch.ops.aten._to_copy, torch.ops.aten.to) and _is_float8_dtype(
-                    kwargs.get("dtype")
-                ):
+                elif packet in cast_packets and _is_float8_dtype(kwargs.get("dtype")):
                     trace._record_cast()
                 return func(*args, **kwargs)
 
@@ -383,19 +376,10 @@ class OpTrace:
 # Building what runs
 
 
-def float8_config(recipe: Recipe, *, emulate: bool):
-    """torchao's config for `recipe`, emulated on the CPU."""
-    from torchao.float8 import Float8LinearConfig
-
-    config = Float8LinearConfig.from_recipe_name(recipe.value)
-    return dataclasses.replace(config, emulate=emulate) if emulate else config
-
-
 def converted_fqns(model: nn.Module) -> set[str]:
     """FQNs of the Float8Linear modules in `model` (each once, under its first name, as torchao swaps)."""
-    from torchao.float8.float8_linear import Float8Linear
-
-    return {fqn for fqn, module in model.named_modules() if isinstance(module, Float8Linear)}
+    float8_linear = compat.float8_linear()
+    return {fqn for fqn, module in model.named_modules() if isinstance(module, float8_linear)}
 
 
 def convert(
@@ -449,8 +433,8 @@ class _Shadow(nn.Module):
             parent: nn.Module = self
             parts = fqn.split(".")
             for part in parts[:-1]:
-                child = parent._modules.get(part)
-                if child is None:
+                child = getattr(parent, part, None)
+                if not isinstance(child, nn.Module):
                     child = nn.Module()
                     parent.add_module(part, child)
                 parent = child
@@ -561,16 +545,6 @@ def _forward_backward(bf16_model, float8_model, args, kwargs, converted, seed):
     return bf16_capture, bf16_outputs, float8_outputs, trace
 
 
-def sqnr_db(reference: torch.Tensor, value: torch.Tensor) -> float:
-    """Signal-to-quantization-noise ratio in dB: 20 log10(|ref| / |ref - value|) in float32; inf if equal."""
-    reference, value = reference.float(), value.float()
-    noise = torch.linalg.vector_norm(reference - value)
-    signal = torch.linalg.vector_norm(reference)
-    if noise == 0:
-        return math.inf
-    return float(20 * torch.log10(signal / noise))
-
-
 def layer_sqnr(
     bf16_layer: nn.Module, float8_layer: nn.Module, x: torch.Tensor, grad_output: torch.Tensor | None
 ) -> tuple[float, float | None]:
@@ -593,14 +567,23 @@ def layer_sqnr(
 # verify
 
 
-def _execution_device() -> tuple[torch.device, str, bool]:
+class _Device(NamedTuple):
+    """Where the step runs: a GPU with FP8 tensor cores, else the CPU with torchao's emulated float8."""
+
+    device: torch.device
+    words: str  # for the report
+    emulate: bool
+
+
+def _execution_device() -> _Device:
     if torch.cuda.is_available():
         capability = torch.cuda.get_device_capability(0)
         if capability >= MIN_FP8_CAPABILITY:
-            return torch.device("cuda"), torch.cuda.get_device_name(0), False
+            return _Device(torch.device("cuda"), torch.cuda.get_device_name(0), False)
         name = torch.cuda.get_device_name(0)
-        return torch.device("cpu"), f"cpu (torchao emulated float8; {name} has no FP8 tensor cores)", True
-    return torch.device("cpu"), "cpu (torchao emulated float8)", True
+        words = f"cpu (torchao emulated float8; {name} has no FP8 tensor cores)"
+        return _Device(torch.device("cpu"), words, True)
+    return _Device(torch.device("cpu"), "cpu (torchao emulated float8)", True)
 
 
 def _unused_entries(config: FrameworkConfig, linear_fqns: Sequence[str]) -> list[str]:
@@ -623,220 +606,77 @@ def verify(
     real_model_max_parameters: int = REAL_MODEL_MAX_PARAMETERS,
     sqnr_threshold_db: float = SQNR_THRESHOLD_DB,
     seed: int = 0,
+    trust_config: bool = False,
 ) -> VerifyReport:
     """Check that the config at `config_path` converts exactly the layers `advise` picks for `target` at
     (batch, seq), that they run float8 GEMMs and nothing else does, and that their numerics are sound.
 
     `recipe`: the recipe to advise with; None = the one the config names (for a bare filter list: "auto").
     `profile`, `min_speedup`: as `suggest`. `predictor` replaces the profile's predictions (tests).
+    `trust_config`: run a Python config's filter function instead of evaluating it from its syntax
+    (`fp8advisor.configs.read_config`).
     Raises AdvisorError subclasses (exit 2) for unusable input; the report's `exit_code` is 0 or 1.
     """
-    from fp8advisor.advise import AUTO, DEFAULT_MIN_SPEEDUP, advise
+    from fp8advisor.advise import AUTO, DEFAULT_MIN_SPEEDUP
     from fp8advisor.layers import inspect_loaded
-    from fp8advisor.target import describe_error, load_model
+    from fp8advisor.target import load_model
 
     min_speedup = DEFAULT_MIN_SPEEDUP if min_speedup is None else min_speedup
     requested_recipe = parse_recipe(str(recipe)) if recipe not in (None, AUTO) else None
-    config = read_config(config_path, recipe=requested_recipe)
-    notes: list[str] = list(config.notes)
-    differences: list[Difference] = []
+    config = read_config(config_path, recipe=requested_recipe, trust_config=trust_config)
 
     # 1. The model at the advised batch x seq, and the advice.
     meta = load_model(target, "meta")
     model_layers: ModelLayers = inspect_loaded(meta, batch=batch, seq=seq)
-    notes.extend(model_layers.notes)
-    advice_recipe = requested_recipe or config.recipe or AUTO
-    profile_choice = _profile_choice(profile, predictor)
-    advice = advise(
-        model_layers,
-        profile_choice,
-        advice_recipe,
-        min_speedup,
-        predictor=predictor,
-        device_capability=None,
-        compare_torchao_auto=False,
-    )
-    if config.recipe is None:
+    advice = _advice_for(model_layers, config, requested_recipe, profile, min_speedup, predictor)
+    if config.recipe is None:  # a bare filter list trains with the advised recipe
         config = config.with_recipe(advice.recipe)
     run_recipe = config.recipe
     assert run_recipe is not None
-    if requested_recipe is not None and run_recipe is not requested_recipe:
-        differences.append(
-            Difference(
-                DifferenceKind.RECIPE,
-                str(config.path),
-                f"the config trains with {run_recipe.value}, --recipe asks {requested_recipe.value}",
-            )
-        )
-    if not config.enabled:
-        differences.append(
-            Difference(
-                DifferenceKind.FP8_OFF,
-                str(config.path),
-                "; ".join(n for n in config.notes if n.startswith("FP8 is off")) or "FP8 is off",
-            )
-        )
+    differences = _config_differences(config, requested_recipe)
 
     # 2. Which layers the framework converts: torchao's own swap on the real-shaped meta model.
     shapes_model = copy.deepcopy(meta.model)  # meta tensors: no memory; kept unconverted for the shadow
-    parameter_count = sum(p.numel() for p in shapes_model.parameters())
-    device, device_words, emulate = _execution_device()
-    converted = convert(meta.model, config, run_recipe, emulate=emulate)
+    device = _execution_device()
+    converted = convert(meta.model, config, run_recipe, emulate=device.emulate)
 
-    # 3. Run it: the model itself when small enough, else its shadow.
+    # 3. Run one traced step: the model itself when small enough, else its shadow.
     linear_layers = [layer for layer in model_layers.layers if layer.is_linear]
-    run_batch, run_tokens = 1, max(16, min(run_seq, seq) // 16 * 16)
-    ran = None
-    if parameter_count <= real_model_max_parameters:
-        try:
-            bf16_model, float8_model, args, kwargs = _real_models(
-                target, config, run_recipe, device, emulate, run_batch, run_tokens, converted, seed
-            )
-            ran = _forward_backward(bf16_model, float8_model, args, kwargs, converted, seed)
-            execution_mode = "model"
-            why = (
-                f"{_count(parameter_count)} parameters: built for real by the model's own code, in bf16, "
-                f"run at batch {run_batch} x seq {run_tokens}"
-            )
-        except AdvisorError:
-            raise
-        except Exception as error:  # the user's code on real tensors: fall back, and say why
-            notes.append(
-                f"running the model for real failed ({describe_error(error)[:200]}); its shadow was run "
-                "instead"
-            )
-    if ran is None:
-        plan = [
-            (layer.fqn, layer.calls or int(layer.status is LayerStatus.ASSUMED)) for layer in linear_layers
-        ]
-        torch.manual_seed(seed)
-        bf16_model = _Shadow(shapes_model, plan, torch.bfloat16, device)
-        float8_model = copy.deepcopy(bf16_model)
-        shadow_converted = convert(float8_model, config, run_recipe, emulate=emulate, decide_on=shapes_model)
-        # The shadow holds each module once, under its first name: aliases are checked on `converted` alone.
-        expected = {fqn for fqn in converted if fqn in dict(bf16_model.named_modules())}
-        if shadow_converted != expected:  # pragma: no cover - the replayed filter must give the same set
-            raise AssertionError(f"shadow conversion differs: {sorted(shadow_converted ^ expected)}")
-        args, kwargs = (bf16_model.example_inputs(run_tokens, seed),), {}
-        ran = _forward_backward(bf16_model, float8_model, args, kwargs, converted, seed)
-        execution_mode = "shadow"
-        why = (
-            f"{_count(parameter_count)} parameters, more than the {_count(real_model_max_parameters)} built "
-            f"for real here: a shadow with the same FQNs, K and N capped at {SHADOW_MAX_DIM}, each Linear "
-            f"called as often as the traced forward calls it, on {run_tokens} random tokens"
-            if parameter_count > real_model_max_parameters
-            else "the model could not run for real: a shadow with the same FQNs, K and N capped at "
-            f"{SHADOW_MAX_DIM}, on {run_tokens} random tokens"
-        )
-    bf16_capture, bf16_outputs, float8_outputs, trace = ran
-    model_sqnr = None
-    if execution_mode == "model":
-        model_sqnr = sqnr_db(bf16_outputs[0].detach(), float8_outputs[0].detach())
-    sqnr_scope = (
-        "every converted layer"
-        if execution_mode == "model"
-        else "the first converted layer of each repeated group (a shadow runs one code on random weights)"
+    run_tokens = max(16, min(run_seq, seq) // 16 * 16)
+    step = _run_step(
+        target,
+        config,
+        shapes_model,
+        linear_layers,
+        converted,
+        device,
+        run_tokens,
+        real_model_max_parameters,
+        seed,
     )
-    execution = Execution(
-        device_words, emulate, execution_mode, run_batch, run_tokens, why, sqnr_scope, model_sqnr
-    )
-    if trace.unattributed_float8_gemms:
-        notes.append(f"{trace.unattributed_float8_gemms} float8 GEMM(s) ran outside any nn.Linear")
 
     # 4. Numerics of each converted layer, alone, on what it saw in the bf16 model.
-    bf16_modules, float8_modules = dict(bf16_model.named_modules()), dict(float8_model.named_modules())
-    sqnr: dict[str, tuple[float, float | None]] = {}
-    measured_groups: set[tuple] = set()
-    for fqn in [layer.fqn for layer in linear_layers if layer.fqn in converted]:
-        if execution_mode == "shadow":
-            # The shadow's layers of one repeated group are the same torchao code on random weights of the
-            # same shape: one of them measures what all would (and keeps an 80-layer model's check short).
-            group = (block_shape(fqn), bf16_modules[fqn].in_features, bf16_modules[fqn].out_features)
-            if group in measured_groups:
-                continue
-            measured_groups.add(group)
-        if fqn in bf16_capture.inputs:
-            sqnr[fqn] = layer_sqnr(
-                bf16_modules[fqn],
-                float8_modules[fqn],
-                bf16_capture.inputs[fqn],
-                bf16_capture.grad_outputs.get(fqn),
-            )
+    sqnr = _converted_layer_sqnr(step, linear_layers, converted)
 
     # 5. Per layer: the config against the advice, against the trace and against the threshold.
     advice_by_fqn = {layer.fqn: layer for layer in advice.layers}
     checks = []
     for layer in linear_layers:
-        layer_advice = advice_by_fqn.get(layer.fqn)
-        advised = bool(layer_advice and layer_advice.convert)
-        is_converted = layer.fqn in converted
-        traced = trace.layers.get(layer.fqn, _LayerTrace())
-        float8_gemms = traced.forward_float8 + traced.backward_float8
-        high_precision = traced.forward_high_precision + traced.backward_high_precision
-        problems: list[tuple[DifferenceKind, str]] = []
-        never_called = layer.status is LayerStatus.NOT_CALLED or traced.calls == 0
-        if is_converted and never_called:
-            problems.append(
-                (DifferenceKind.NEVER_CALLED, "the forward never calls it: no float8 ever runs there")
-            )
-        elif is_converted and (traced.forward_float8 == 0 or traced.backward_float8 == 0):
-            problems.append(
-                (
-                    DifferenceKind.NO_FLOAT8,
-                    f"float8 GEMMs forward {traced.forward_float8}, backward {traced.backward_float8}",
-                )
-            )
-        # A module registered under several names is swapped per name: the calls through a name left
-        # unconverted run in bf16 (a same-parent alias, or a shared module the filter names only once).
-        left_bf16 = [alias for alias in layer.aliases if alias not in converted]
-        if is_converted and left_bf16:
-            problems.append(
-                (
-                    DifferenceKind.NO_FLOAT8,
-                    f"the same module is also registered as {', '.join(left_bf16)}, which the config leaves "
-                    "in bf16: the calls through that name run in bf16",
-                )
-            )
-        if is_converted and not advised and not never_called:
-            reason = layer_advice.reason if layer_advice else "not advised"
-            problems.append((DifferenceKind.AGAINST_ADVICE, f"advice: {reason}"))
-        if advised and not is_converted:
-            problems.append((DifferenceKind.LEFT_BF16, _why_not_converted(config, layer)))
-        if not is_converted and (float8_gemms or traced.float8_casts):
-            problems.append((DifferenceKind.UNEXPECTED_FLOAT8, f"{float8_gemms} float8 GEMM(s)"))
-        output_sqnr, grad_sqnr = sqnr.get(layer.fqn, (None, None))
-        low = [
-            f"{what} {value:.1f} dB"
-            for what, value in (("output", output_sqnr), ("input gradient", grad_sqnr))
-            if value is not None and value < sqnr_threshold_db
-        ]
-        if low:
-            problems.append((DifferenceKind.NUMERICS, f"SQNR {', '.join(low)} < {sqnr_threshold_db:g} dB"))
-        for kind, detail in problems:
-            differences.append(Difference(kind, layer.fqn, detail))
-        checks.append(
-            LayerCheck(
-                fqn=layer.fqn,
-                K=layer.K,
-                N=layer.N,
-                M=layer.M,
-                status=layer.status,
-                advised=advised,
-                advice_reason=layer_advice.reason if layer_advice else "",
-                predicted_speedup=(layer_advice.predicted_speedup if layer_advice else None),
-                converted=is_converted,
-                calls=traced.calls,
-                float8_gemms=float8_gemms,
-                high_precision_gemms=high_precision,
-                float8_casts=traced.float8_casts,
-                sqnr_output_db=output_sqnr,
-                sqnr_grad_input_db=grad_sqnr,
-                problems=tuple(f"{kind.value}: {detail}" for kind, detail in problems),
-            )
+        check, layer_differences = _check_layer(
+            layer,
+            advice_by_fqn.get(layer.fqn),
+            config,
+            converted,
+            step.trace.layers.get(layer.fqn, _LayerTrace()),
+            sqnr.get(layer.fqn, (None, None)),
+            sqnr_threshold_db,
         )
-    for entry in _unused_entries(
-        config, [fqn for layer in linear_layers for fqn in (layer.fqn, *layer.aliases)]
-    ):
+        checks.append(check)
+        differences.extend(layer_differences)
+
+    # 6. Filter entries that match nothing, and the report.
+    every_name = [fqn for layer in linear_layers for fqn in (layer.fqn, *layer.aliases)]
+    for entry in _unused_entries(config, every_name):
         differences.append(
             Difference(DifferenceKind.UNUSED_ENTRY, entry, "a substring of no nn.Linear FQN of this model")
         )
@@ -850,10 +690,274 @@ def verify(
         min_speedup=min_speedup,
         layers=tuple(checks),
         differences=tuple(_ordered(differences)),
-        execution=execution,
+        execution=step.execution,
         sqnr_threshold_db=sqnr_threshold_db,
-        notes=tuple(dict.fromkeys(notes)),
+        notes=tuple(dict.fromkeys((*config.notes, *model_layers.notes, *step.notes))),
     )
+
+
+def _advice_for(
+    model_layers: ModelLayers,
+    config: FrameworkConfig,
+    requested_recipe: Recipe | None,
+    profile: str | None,
+    min_speedup: float,
+    predictor: Callable | None,
+):
+    """`advise` for the model, with --recipe, else the config's recipe, else (a bare filter list) "auto"."""
+    from fp8advisor.advise import AUTO, advise
+
+    return advise(
+        model_layers,
+        _profile_choice(profile, predictor),
+        requested_recipe or config.recipe or AUTO,
+        min_speedup,
+        predictor=predictor,
+        device_capability=None,
+        compare_torchao_auto=False,
+    )
+
+
+def _config_differences(config: FrameworkConfig, requested_recipe: Recipe | None) -> list[Difference]:
+    """What differs in the config as a whole: the recipe, and FP8 switched off."""
+    differences = []
+    if requested_recipe is not None and config.recipe is not requested_recipe:
+        assert config.recipe is not None
+        differences.append(
+            Difference(
+                DifferenceKind.RECIPE,
+                str(config.path),
+                f"the config trains with {config.recipe.value}, --recipe asks {requested_recipe.value}",
+            )
+        )
+    if not config.enabled:
+        differences.append(
+            Difference(
+                DifferenceKind.FP8_OFF,
+                str(config.path),
+                "; ".join(n for n in config.notes if n.startswith("FP8 is off")) or "FP8 is off",
+            )
+        )
+    return differences
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One traced forward and backward of the bf16 model and its float8 twin (the model, or its shadow)."""
+
+    bf16_model: nn.Module
+    float8_model: nn.Module
+    capture: _Capture  # what each converted layer saw in the bf16 model
+    trace: OpTrace  # the GEMMs and casts each layer of the float8 model ran
+    execution: Execution
+    notes: tuple[str, ...]
+
+
+def _run_step(
+    target: str,
+    config: FrameworkConfig,
+    shapes_model: nn.Module,
+    linear_layers: Sequence,
+    converted: set[str],
+    device: _Device,
+    run_tokens: int,
+    real_model_max_parameters: int,
+    seed: int,
+) -> _Step:
+    """The model built for real by its own code when it has at most `real_model_max_parameters`, else (or
+    when that fails) its shadow; one forward and backward of each (module docstring)."""
+    from fp8advisor.target import describe_error, parse_target, running_user_code
+
+    recipe = config.recipe
+    assert recipe is not None
+    parameter_count = sum(p.numel() for p in shapes_model.parameters())
+    run_batch = 1
+    notes: list[str] = []
+    ran = None
+    if parameter_count <= real_model_max_parameters:
+        spec = parse_target(target)
+        try:
+            with running_user_code(
+                spec.path if spec.kind == "python" else None, "running the model for real"
+            ):
+                bf16_model, float8_model, args, kwargs = _real_models(
+                    target,
+                    config,
+                    recipe,
+                    device.device,
+                    device.emulate,
+                    run_batch,
+                    run_tokens,
+                    converted,
+                    seed,
+                )
+                ran = _forward_backward(bf16_model, float8_model, args, kwargs, converted, seed)
+        except AdvisorError:
+            raise
+        except Exception as error:  # the user's code on real tensors: fall back, and say why
+            notes.append(
+                f"running the model for real failed ({describe_error(error)[:200]}); its shadow was run "
+                "instead"
+            )
+    if ran is not None:
+        mode = "model"
+        why = (
+            f"{_count(parameter_count)} parameters: built for real by the model's own code, in bf16, "
+            f"run at batch {run_batch} x seq {run_tokens}"
+        )
+        sqnr_scope = "every converted layer"
+    else:
+        bf16_model, float8_model = _shadow_models(
+            shapes_model, linear_layers, config, converted, device, seed
+        )
+        args, kwargs = (bf16_model.example_inputs(run_tokens, seed),), {}
+        ran = _forward_backward(bf16_model, float8_model, args, kwargs, converted, seed)
+        mode = "shadow"
+        why = (
+            f"{_count(parameter_count)} parameters, more than the {_count(real_model_max_parameters)} built "
+            f"for real here: a shadow with the same FQNs, K and N capped at {SHADOW_MAX_DIM}, each Linear "
+            f"called as often as the traced forward calls it, on {run_tokens} random tokens"
+            if parameter_count > real_model_max_parameters
+            else "the model could not run for real: a shadow with the same FQNs, K and N capped at "
+            f"{SHADOW_MAX_DIM}, on {run_tokens} random tokens"
+        )
+        sqnr_scope = (
+            "the first converted layer of each repeated group (a shadow runs one code on random weights)"
+        )
+    capture, bf16_outputs, float8_outputs, trace = ran
+    model_sqnr = sqnr_db(bf16_outputs[0], float8_outputs[0]) if mode == "model" else None
+    execution = Execution(
+        device.words, device.emulate, mode, run_batch, run_tokens, why, sqnr_scope, model_sqnr
+    )
+    if trace.unattributed_float8_gemms:
+        notes.append(f"{trace.unattributed_float8_gemms} float8 GEMM(s) ran outside any nn.Linear")
+    return _Step(bf16_model, float8_model, capture, trace, execution, tuple(notes))
+
+
+def _shadow_models(
+    shapes_model: nn.Module,
+    linear_layers: Sequence,
+    config: FrameworkConfig,
+    converted: set[str],
+    device: _Device,
+    seed: int,
+) -> tuple[_Shadow, _Shadow]:
+    """The bf16 shadow of the model and its float8 twin, converted by the framework's filter on the real
+    shapes (so the same layers convert as on the meta model)."""
+    recipe = config.recipe
+    assert recipe is not None
+    plan = [(layer.fqn, layer.calls or int(layer.status is LayerStatus.ASSUMED)) for layer in linear_layers]
+    torch.manual_seed(seed)
+    bf16_model = _Shadow(shapes_model, plan, torch.bfloat16, device.device)
+    float8_model = copy.deepcopy(bf16_model)
+    shadow_converted = convert(float8_model, config, recipe, emulate=device.emulate, decide_on=shapes_model)
+    # The shadow holds each module once, under its first name: aliases are checked on `converted` alone.
+    expected = {fqn for fqn in converted if fqn in dict(bf16_model.named_modules())}
+    if shadow_converted != expected:  # pragma: no cover - the replayed filter must give the same set
+        raise AssertionError(f"shadow conversion differs: {sorted(shadow_converted ^ expected)}")
+    return bf16_model, float8_model
+
+
+def _converted_layer_sqnr(
+    step: _Step, linear_layers: Sequence, converted: set[str]
+) -> dict[str, tuple[float, float | None]]:
+    """(output SQNR, input-gradient SQNR) of each converted layer that ran, alone, against its bf16 twin on
+    the input and output gradient it saw in the bf16 model. A shadow measures one layer per repeated group."""
+    bf16_modules = dict(step.bf16_model.named_modules())
+    float8_modules = dict(step.float8_model.named_modules())
+    sqnr: dict[str, tuple[float, float | None]] = {}
+    measured_groups: set[tuple] = set()
+    for fqn in [layer.fqn for layer in linear_layers if layer.fqn in converted]:
+        if step.execution.mode == "shadow":
+            # The shadow's layers of one repeated group are the same torchao code on random weights of the
+            # same shape: one of them measures what all would (and keeps an 80-layer model's check short).
+            group = (block_shape(fqn), bf16_modules[fqn].in_features, bf16_modules[fqn].out_features)
+            if group in measured_groups:
+                continue
+            measured_groups.add(group)
+        if fqn in step.capture.inputs:
+            sqnr[fqn] = layer_sqnr(
+                bf16_modules[fqn],
+                float8_modules[fqn],
+                step.capture.inputs[fqn],
+                step.capture.grad_outputs.get(fqn),
+            )
+    return sqnr
+
+
+def _check_layer(
+    layer,
+    layer_advice,
+    config: FrameworkConfig,
+    converted: set[str],
+    traced: _LayerTrace,
+    sqnr: tuple[float | None, float | None],
+    sqnr_threshold_db: float,
+) -> tuple[LayerCheck, list[Difference]]:
+    """One nn.Linear: the config's decision against the advice, against what the trace saw run, and its
+    SQNR against the threshold."""
+    advised = bool(layer_advice and layer_advice.convert)
+    is_converted = layer.fqn in converted
+    float8_gemms = traced.forward_float8 + traced.backward_float8
+    high_precision = traced.forward_high_precision + traced.backward_high_precision
+    problems: list[tuple[DifferenceKind, str]] = []
+    never_called = layer.status is LayerStatus.NOT_CALLED or traced.calls == 0
+    if is_converted and never_called:
+        problems.append(
+            (DifferenceKind.NEVER_CALLED, "the forward never calls it: no float8 ever runs there")
+        )
+    elif is_converted and (traced.forward_float8 == 0 or traced.backward_float8 == 0):
+        problems.append(
+            (
+                DifferenceKind.NO_FLOAT8,
+                f"float8 GEMMs forward {traced.forward_float8}, backward {traced.backward_float8}",
+            )
+        )
+    # A module registered under several names is swapped per name: the calls through a name left
+    # unconverted run in bf16 (a same-parent alias, or a shared module the filter names only once).
+    left_bf16 = [alias for alias in layer.aliases if alias not in converted]
+    if is_converted and left_bf16:
+        problems.append(
+            (
+                DifferenceKind.NO_FLOAT8,
+                f"the same module is also registered as {', '.join(left_bf16)}, which the config leaves "
+                "in bf16: the calls through that name run in bf16",
+            )
+        )
+    if is_converted and not advised and not never_called:
+        reason = layer_advice.reason if layer_advice else "not advised"
+        problems.append((DifferenceKind.AGAINST_ADVICE, f"advice: {reason}"))
+    if advised and not is_converted:
+        problems.append((DifferenceKind.LEFT_BF16, _why_not_converted(config, layer)))
+    if not is_converted and (float8_gemms or traced.float8_casts):
+        problems.append((DifferenceKind.UNEXPECTED_FLOAT8, f"{float8_gemms} float8 GEMM(s)"))
+    output_sqnr, grad_sqnr = sqnr
+    low = [
+        f"{what} {value:.1f} dB"
+        for what, value in (("output", output_sqnr), ("input gradient", grad_sqnr))
+        if value is not None and value < sqnr_threshold_db
+    ]
+    if low:
+        problems.append((DifferenceKind.NUMERICS, f"SQNR {', '.join(low)} < {sqnr_threshold_db:g} dB"))
+    check = LayerCheck(
+        fqn=layer.fqn,
+        K=layer.K,
+        N=layer.N,
+        M=layer.M,
+        status=layer.status,
+        advised=advised,
+        advice_reason=layer_advice.reason if layer_advice else "",
+        predicted_speedup=(layer_advice.predicted_speedup if layer_advice else None),
+        converted=is_converted,
+        calls=traced.calls,
+        float8_gemms=float8_gemms,
+        high_precision_gemms=high_precision,
+        float8_casts=traced.float8_casts,
+        sqnr_output_db=output_sqnr,
+        sqnr_grad_input_db=grad_sqnr,
+        problems=tuple(f"{kind.value}: {detail}" for kind, detail in problems),
+    )
+    return check, [Difference(kind, layer.fqn, detail) for kind, detail in problems]
 
 
 _KIND_ORDER = list(DifferenceKind)

@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 from fp8advisor.configs import AUTO_FILTER_FLAG, read_config
-from fp8advisor.emit import ConfigFormat
 from fp8advisor.errors import ConfigError
+from fp8advisor.formats import ConfigFormat
 from fp8advisor.recipes import Recipe
 
 
@@ -86,6 +86,39 @@ def test_torchtitan_toml_auto_filter_uses_torchaos_rule(tmp_path):
     assert not config.decides(linear(4096, 1024), "layers.0.attention.wk")  # N <= 2048
     assert not config.decides(linear(4096, 14336), "output")  # the remaining substring entry
     assert not config.decides(linear(1024, 8192), "layers.0.x")  # K <= 1024
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        '"output,attention.wk"',  # torchtitan's command-line form, written into the TOML
+        '" output , attention.wk ,"',  # spaces and a trailing comma, as torchtitan's string_list strips them
+    ],
+)
+def test_torchtitan_toml_comma_separated_filter_fqns_are_entries(tmp_path, value):
+    text = TOML_ROWWISE.replace('["output", "attention.wk"]', value)
+    config = read_config(write(tmp_path, "job.toml", text))
+    assert config.filter_fqns == ("output", "attention.wk")
+    assert not config.decides(linear(4096, 1024), "layers.0.attention.wk")
+    assert not config.decides(linear(4096, 128256), "output")
+    assert config.decides(linear(4096, 4096), "layers.0.attention.wq")
+
+
+@pytest.mark.parametrize(
+    ("compile_section", "compiled"),
+    [
+        ("enable = true", True),  # components default to ["model", "loss"]
+        ('enable = true\ncomponents = ["model"]', True),
+        ('enable = true\ncomponents = ["loss"]', False),  # the loss alone: the float8 Linears run eager
+        ('enable = false\ncomponents = ["model"]', False),
+    ],
+)
+def test_torchtitan_toml_compile_must_cover_the_model(tmp_path, compile_section, compiled):
+    text = TOML_ROWWISE.replace("[compile]\nenable = true", f"[compile]\n{compile_section}")
+    config = read_config(write(tmp_path, "job.toml", text))
+    assert config.compile_enabled is compiled
+    slower = [note for note in config.notes if "slower than bf16" in note]
+    assert bool(slower) is not compiled
 
 
 @pytest.mark.parametrize(
@@ -305,7 +338,7 @@ def test_torchao_filter_function_runs_alone(tmp_path):
         (
             "min(module.weight.shape) >= MIN_DIM",
             "helper(module)",
-            "cannot supply without running the file: helper",
+            r"train.py:13: cannot evaluate the call `helper\(module\)`.*--trust-config",
         ),
         ("MIN_DIM = 1024", "MIN_DIM = compute()", "not a literal constant"),
         (
@@ -339,8 +372,10 @@ def test_torchao_lambda_and_no_filter(tmp_path):
 
 def test_filter_function_sees_no_file_system(tmp_path):
     text = TORCHAO.replace("if any(name in fqn for name in SKIP):", "if open('/etc/passwd'):")
-    with pytest.raises(ConfigError, match="cannot supply without running the file: open"):
+    with pytest.raises(ConfigError, match=r"the call `open\('/etc/passwd'\)`"):
         read_config(write(tmp_path, "train.py", text))
+    with pytest.raises(ConfigError, match="cannot supply without running the file: open"):
+        read_config(write(tmp_path, "train.py", text), trust_config=True)  # run: without `open`
 
 
 def test_filter_function_error_is_a_config_error(tmp_path):
@@ -348,6 +383,212 @@ def test_filter_function_error_is_a_config_error(tmp_path):
     config = read_config(write(tmp_path, "train.py", text))
     with pytest.raises(ConfigError, match="raised on 'layers.0.wq': IndexError"):
         config.decides(linear(64, 64), "layers.0.wq")
+
+
+# --- Python filters are evaluated from their syntax, never run (unless --trust-config) ----------------------
+
+
+def torchao_file(filter_source: str, filter_name: str = "module_filter_fn") -> str:
+    """A torchao config whose module filter is `filter_source` (module-level statements, then the call)."""
+    return (
+        "import torch\n"
+        "from torch import nn\n"
+        "from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n\n"
+        + textwrap.dedent(filter_source).strip()
+        + "\n\nconvert_to_float8_training(\n"
+        '    model, config=Float8LinearConfig.from_recipe_name("rowwise"),'
+        f" module_filter_fn={filter_name}\n)\n"
+    )
+
+
+#: (module, fqn) pairs every filter below is asked about: shapes on both sides of % 16 and of 1024.
+PROBES = [
+    (linear(4096, 4096), "layers.0.attention.wq"),
+    (linear(4096, 1024), "layers.0.attention.wk"),
+    (linear(4096, 1000), "layers.0.feed_forward.w9"),  # N % 16 != 0
+    (linear(512, 4096), "layers.1.feed_forward.w1"),
+    (linear(4096, 128256), "output"),
+    (nn.LayerNorm(64, device="meta"), "layers.0.norm"),  # not an nn.Linear
+]
+
+EVALUATED_FILTERS = [
+    # torchao's README example
+    (
+        """
+        def module_filter_fn(mod: torch.nn.Module, fqn: str):
+            # don't convert the last module
+            if fqn == "output":
+                return False
+            # don't convert linear modules with weight dimensions not divisible by 16
+            if isinstance(mod, torch.nn.Linear):
+                if mod.in_features % 16 != 0 or mod.out_features % 16 != 0:
+                    return False
+            return True
+        """,
+        [True, True, False, True, False, True],
+    ),
+    # what `suggest --format torchao` writes: an exact set, a docstring
+    (
+        '''
+        FLOAT8_LAYERS = frozenset(
+            {
+                "layers.0.attention.wq",
+                "layers.1.feed_forward.w1",
+            }
+        )
+
+
+        def module_filter_fn(module, fqn):
+            """True: convert this nn.Linear to float8."""
+            return fqn in FLOAT8_LAYERS
+        ''',
+        [True, False, False, True, False, False],
+    ),
+    # substring entries from a module constant, the three-parameter torchtitan shape with a default
+    (
+        """
+        SKIP = ["output", "attention.wk"]
+
+        def module_filter_fn(module, fqn, filter_fqns=SKIP):
+            if not isinstance(module, nn.Linear):
+                return False
+            if any(entry in fqn for entry in filter_fqns):
+                return False
+            return module.in_features % 16 == 0 and module.out_features % 16 == 0
+        """,
+        [True, False, False, True, False, False],
+    ),
+    # a loop with break, locals, startswith / endswith / split, a shape subscript, min, chained comparison
+    (
+        """
+        MIN_DIM = 1024
+        KEEP = ("output",)
+
+        def module_filter_fn(module, fqn):
+            keep = False
+            for name in KEEP:
+                if fqn.endswith(name):
+                    keep = True
+                    break
+            last = fqn.split(".")[-1]
+            if keep or last.startswith("w9") or not isinstance(module, (nn.Linear,)):
+                return False
+            return MIN_DIM <= min(module.weight.shape) <= 8192 and module.weight.shape[0] >= 1024
+        """,
+        [True, True, False, False, False, False],
+    ),
+    # a lambda at module level, a conditional expression, `not in` on a literal set
+    (
+        """
+        module_filter_fn = lambda m, fqn: (fqn not in {"output", "layers.0.attention.wk"}) if (
+            isinstance(m, nn.Linear)
+        ) else False
+        """,
+        [True, False, True, True, False, False],
+    ),
+]
+
+
+@pytest.mark.parametrize(("source", "expected"), EVALUATED_FILTERS)
+def test_python_filter_is_evaluated_as_python_would_run_it(tmp_path, source, expected):
+    path = tmp_path / "train.py"
+    path.write_text(torchao_file(source))
+    evaluated = read_config(path)
+    run = read_config(path, trust_config=True)
+    assert "--trust-config" not in evaluated.rule and "--trust-config" in run.rule
+    assert [evaluated.decides(module, fqn) for module, fqn in PROBES] == expected
+    assert [run.decides(module, fqn) for module, fqn in PROBES] == expected
+
+
+MARKER_FILTERS = [
+    # the filter body
+    """
+    def module_filter_fn(module, fqn):
+        torch.os.system("touch {marker}")
+        return True
+    """,
+    # a default argument (Python evaluates it when it runs the `def`)
+    """
+    def module_filter_fn(module, fqn, _=__import__("os").system("touch {marker}")):
+        return True
+    """,
+    # a lambda
+    """
+    module_filter_fn = lambda module, fqn: torch.os.system("touch {marker}") == 0
+    """,
+    # a call reached for one layer only, inside a comparison
+    """
+    def module_filter_fn(module, fqn):
+        return fqn == "output" and __import__("os").system("touch {marker}") == 0
+    """,
+]
+
+
+@pytest.mark.parametrize("source", MARKER_FILTERS)
+def test_filter_code_never_runs_without_trust_config(tmp_path, source):
+    marker = tmp_path / "ran"
+    path = tmp_path / "train.py"
+    path.write_text(torchao_file(source.format(marker=marker)))
+    with pytest.raises(ConfigError, match=r"train.py:\d+: cannot evaluate the call `.*system") as caught:
+        config = read_config(path)
+        for module, fqn in PROBES:  # not reached: refused when the file is read
+            config.decides(module, fqn)
+    assert "--trust-config" in caught.value.message
+    assert not marker.exists()
+
+
+def _filter(body: str, before: str = "") -> str:
+    return f"{before}\ndef module_filter_fn(module, fqn):\n    {body}\n"
+
+
+@pytest.mark.parametrize(
+    ("source", "construct"),
+    [
+        (_filter("return getattr(module, 'in_features') > 0"), "the call `getattr"),
+        (_filter("return f'{fqn}' == 'output'"), "an f-string"),
+        (_filter("while True:\n        pass"), "a while loop"),
+        (_filter("import os\n    return True"), "an import"),
+        (_filter("return type(module) is nn.Linear"), "the call `type(module)`"),
+        (_filter("return module.__class__ is nn.Linear"), "`module.__class__`"),
+        (_filter("return fqn in {'a': 1}"), "a dict"),
+        (_filter("return any(fqn, default=False)"), "the call `any(fqn, default=False)`"),
+        ("@staticmethod" + _filter("return True"), "the decorator `@staticmethod`"),
+        ("def module_filter_fn(module, fqn, *rest):\n    return True\n", "*args"),
+        ("def module_filter_fn(module):\n    return True\n", "a filter of 1 parameters"),
+        # names the file rebinds are not what they seem
+        (_filter("return any([fqn])", "def any(x):\n    return True\n"), "the call `any([fqn])`"),
+        (_filter("return isinstance(module, nn.Linear)", "nn = None"), "the class `nn.Linear`"),
+        (
+            _filter("return fqn in SKIP", "SKIP = ['a']\nSKIP.append('output')"),
+            "a change of the constant `SKIP`",
+        ),
+        (_filter("return fqn in SKIP", "SKIP = ['a']\nSKIP = ['b']"), "the name `SKIP`"),
+        (_filter("return helper(fqn)", "from mypackage import helper"), "the call `helper(fqn)`"),
+    ],
+)
+def test_filter_constructs_outside_the_evaluator_are_refused_by_name(tmp_path, source, construct):
+    path = tmp_path / "train.py"
+    path.write_text(torchao_file(source))
+    with pytest.raises(ConfigError, match=r"train.py:\d+: cannot evaluate") as caught:
+        read_config(path)
+    assert construct in caught.value.message and "--trust-config" in caught.value.message
+
+
+def test_filter_value_the_evaluator_cannot_use_is_refused_on_that_layer(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(torchao_file(_filter("return module == 'output'")))
+    config = read_config(path)  # the syntax is fine; comparing a module with == would run its class's code
+    with pytest.raises(ConfigError, match=r"on 'output'.*--trust-config"):
+        config.decides(linear(64, 64), "output")
+
+
+def test_trust_config_runs_what_the_evaluator_refuses(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(torchao_file(_filter("return getattr(module, 'in_features') > 1000")))
+    with pytest.raises(ConfigError, match="--trust-config"):
+        read_config(path)
+    config = read_config(path, trust_config=True)
+    assert config.decides(linear(4096, 64), "a") and not config.decides(linear(64, 4096), "b")
 
 
 # --- bare filter lists --------------------------------------------------------------------------------------

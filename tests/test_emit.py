@@ -18,9 +18,10 @@ from _advice_helpers import StubChoice, StubPredictor, llama_layers, prefix_conf
 
 from fp8advisor import __version__  # noqa: E402
 from fp8advisor.advise import advise  # noqa: E402
-from fp8advisor.emit import ConfigFormat, Request, check, render, write  # noqa: E402
+from fp8advisor.emit import Request, check, render, write  # noqa: E402
 from fp8advisor.errors import ConfigError  # noqa: E402
 from fp8advisor.filters import Framework, converted_by_framework  # noqa: E402
+from fp8advisor.formats import FILE_FORMATS, ConfigFormat  # noqa: E402
 from fp8advisor.paths import MODELS_DIR  # noqa: E402
 
 try:
@@ -183,7 +184,7 @@ def test_filter_yaml_and_json(llama):
 
 
 @pytest.mark.parametrize(
-    "fmt", [f for f in ConfigFormat if f is not ConfigFormat.FILTER] + [ConfigFormat.FILTER]
+    "fmt", [f for f in FILE_FORMATS if f is not ConfigFormat.FILTER] + [ConfigFormat.FILTER]
 )
 def test_header_and_determinism(llama, fmt):
     model, advice, request = llama
@@ -236,7 +237,7 @@ def test_read_back_by_verify_reader(tmp_path, llama):
     model, advice, request = llama
     modules = {}
     suffixes = {"torchtitan-toml": ".toml", "nemo-automodel": ".yaml", "filter": ".json"}
-    for fmt in ConfigFormat:
+    for fmt in FILE_FORMATS:
         path = tmp_path / f"{fmt.value}{suffixes.get(fmt.value, '.py')}"
         write(path, render(advice, fmt, request, output=path.name))
         config = configs.read_config(path, recipe="rowwise")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -48,7 +49,8 @@ def toml(tmp_path: Path, entries: list[str], **kwargs) -> Path:
 def suggested(tiny, tmp_path_factory):
     """Write every format with fp8advisor's own emitter, for the same model, batch, seq and recipe."""
     from fp8advisor.advise import advise
-    from fp8advisor.emit import ConfigFormat, Request, render
+    from fp8advisor.emit import Request, render
+    from fp8advisor.formats import ConfigFormat
     from fp8advisor.layers import inspect_model
     from fp8advisor.verify import _TestProfile
 
@@ -84,6 +86,7 @@ def suggested(tiny, tmp_path_factory):
 )
 def test_suggested_config_passes(tiny, suggested, name):
     report = run(tiny, suggested[name], recipe="rowwise")
+    assert "--trust-config" not in report.config.rule  # a Python filter is evaluated, never run
     assert [d.describe() for d in report.differences] == []
     assert report.passed and report.exit_code == 0
     assert sorted(report.converted) == list(ADVISED)
@@ -194,6 +197,85 @@ def test_layer_losing_precision_is_flagged(tiny, tmp_path, monkeypatch):
     assert up.sqnr_output_db < SQNR_THRESHOLD_DB and up.float8_gemms == 3
     down = next(layer for layer in report.layers if layer.fqn == "blocks.0.down")
     assert down.sqnr_output_db > SQNR_THRESHOLD_DB + 10
+
+
+def test_layer_whose_input_gradient_alone_loses_precision_is_flagged(tiny, tmp_path, monkeypatch):
+    """Break only the grad_output casts of the `up` layers (N = 256): their output stays a correct float8
+    output, their input gradient does not. The input-gradient SQNR alone must fail verify."""
+    import torchao.float8.float8_linear as float8_linear
+    from torchao.float8.float8_training_tensor import GemmInputRole
+
+    real_cast = float8_linear.hp_tensor_to_float8_dynamic
+
+    def broken_cast(hp, *args, gemm_input_role=None, **kwargs):
+        if gemm_input_role is GemmInputRole.GRAD_OUTPUT and hp.shape[-1] == 256:
+            hp = torch.sign(hp) * hp.abs().mean()
+        return real_cast(hp, *args, gemm_input_role=gemm_input_role, **kwargs)
+
+    monkeypatch.setattr(float8_linear, "hp_tensor_to_float8_dynamic", broken_cast)
+    report = run(tiny, toml(tmp_path, ["gate", "spare"]))
+    assert kinds(report) == {DifferenceKind.NUMERICS: ["blocks.0.up", "blocks.1.up"]}
+    assert report.differences[0].detail.startswith("SQNR input gradient ")
+    up = next(layer for layer in report.layers if layer.fqn == "blocks.0.up")
+    assert up.sqnr_output_db > SQNR_THRESHOLD_DB + 10
+    assert up.sqnr_grad_input_db < SQNR_THRESHOLD_DB
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_layer_sqnr_measures_float8_against_bf16(recipe):
+    """Both figures are 20 log10(|bf16| / |bf16 - float8|), each of its own tensor: the output, and the
+    gradient of the input; neither compares a tensor with itself (which would read inf)."""
+    import copy
+
+    from torchao.float8 import convert_to_float8_training
+
+    from fp8advisor.recipes import float8_config
+    from fp8advisor.verify import layer_sqnr
+
+    torch.manual_seed(0)
+    bf16 = torch.nn.Sequential(torch.nn.Linear(64, 256, bias=False, dtype=torch.bfloat16))
+    float8 = convert_to_float8_training(copy.deepcopy(bf16), config=float8_config(recipe, emulate=True))
+    x = torch.randn(32, 64, dtype=torch.bfloat16)
+    grad_output = torch.randn(32, 256, dtype=torch.bfloat16)
+
+    def expected(reference: torch.Tensor, value: torch.Tensor) -> float:
+        reference, value = reference.float(), value.float()
+        return float(20 * torch.log10(reference.norm() / (reference - value).norm()))
+
+    results = []
+    for layer in (bf16[0], float8[0]):
+        x_leaf = x.clone().requires_grad_(True)
+        output = layer(x_leaf)
+        output.backward(grad_output)
+        results.append((output.detach(), x_leaf.grad))
+    (bf16_output, bf16_grad), (float8_output, float8_grad) = results
+
+    output_db, grad_input_db = layer_sqnr(bf16[0], float8[0], x, grad_output)
+    assert output_db == pytest.approx(expected(bf16_output, float8_output), abs=1e-3)
+    assert grad_input_db == pytest.approx(expected(bf16_grad, float8_grad), abs=1e-3)
+    assert 15 < grad_input_db < 40 and 15 < output_db < 40  # float8's error, not a tensor against itself
+
+
+@pytest.mark.parametrize(
+    ("reference", "actual", "expected"),
+    [
+        ([3.0, 4.0], [3.0, 4.0], math.inf),  # no noise
+        ([0.0, 0.0], [0.0, 0.0], math.inf),  # no noise and no signal: still equal, not NaN
+        ([3.0, 4.0], [3.0, 4.5], 20 * math.log10(5 / 0.5)),  # |signal| 5, |noise| 0.5: 20 dB
+        ([0.0, 0.0], [0.0, 1.0], -math.inf),  # noise without signal
+    ],
+)
+def test_sqnr_db_table(reference, actual, expected):
+    from fp8advisor.recipes import sqnr_db
+
+    value = sqnr_db(torch.tensor(reference), torch.tensor(actual, dtype=torch.bfloat16))
+    assert value == pytest.approx(expected)
+
+
+def test_sqnr_db_of_nan_is_nan():
+    from fp8advisor.recipes import sqnr_db
+
+    assert math.isnan(sqnr_db(torch.tensor([1.0, 2.0]), torch.tensor([1.0, math.nan])))
 
 
 # --- models too big to build run as a shadow with the same names --------------------------------------------

@@ -116,3 +116,25 @@ def test_missing_model_exits_2(tmp_path):
     result = invoke(str(tmp_path / "nope.py"), "--config", config(tmp_path, ["gate"]))
     assert result.exit_code == 2
     assert "no such file" in result.output
+
+
+def test_python_filter_runs_only_with_trust_config(tiny, tmp_path):
+    """A filter verify cannot evaluate from its syntax: exit 2 naming the line and --trust-config; with the
+    flag it runs, and converts exactly the advised layers."""
+    path = tmp_path / "train.py"
+    path.write_text(
+        "from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n"
+        "\n"
+        "def module_filter_fn(module, fqn):\n"
+        "    return getattr(module, 'in_features', 0) * getattr(module, 'out_features', 0) >= 64 * 256\n"
+        "\n"
+        'convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name("rowwise"), '
+        "module_filter_fn=module_filter_fn)\n"
+    )
+    refused = invoke(tiny, "--config", str(path), "--seq", "256")
+    assert refused.exit_code == 2, refused.output
+    assert "train.py:4: cannot evaluate the call `getattr(module, 'in_features', 0)`" in refused.output
+    assert "--trust-config" in refused.output and "Traceback" not in refused.output
+    trusted = invoke(tiny, "--config", str(path), "--seq", "256", "--trust-config")
+    assert trusted.exit_code == 0, trusted.output
+    assert "PASS" in trusted.output

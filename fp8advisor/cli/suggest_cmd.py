@@ -15,9 +15,10 @@ from fp8advisor.cli import command, console, err_console
 from fp8advisor.emit import ConfigFormat, Request, check, parse_format, read_committed, render, write
 from fp8advisor.errors import AdvisorError
 from fp8advisor.files import guard_output
+from fp8advisor.formats import FILE_FORMATS
 from fp8advisor.recipes import ALL_RECIPES, Recipe, parse_recipe
 
-_FORMATS = ", ".join(f.value for f in ConfigFormat)
+_FORMATS = ", ".join(f.value for f in FILE_FORMATS)
 
 
 def _format_for(fmt: str | None, path: str | None) -> ConfigFormat | None:

@@ -45,6 +45,11 @@ def verify_command(
     profile: str | None = typer.Option(None, "--profile", help="Profile name or path, as for suggest."),
     min_speedup: float = typer.Option(DEFAULT_MIN_SPEEDUP, "--min-speedup", help="As for suggest."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON document."),
+    trust_config: bool = typer.Option(
+        False,
+        "--trust-config",
+        help="Run a Python config's filter function (default: evaluate it without running the file's code).",
+    ),
 ) -> None:
     """Convert the model as the config says, run one float8 step, and check it against the advice.
 
@@ -56,7 +61,14 @@ def verify_command(
 
     with err_console.status(f"verifying {config} on {target} ..."):
         report = verify(
-            target, config, batch=batch, seq=seq, recipe=recipe, profile=profile, min_speedup=min_speedup
+            target,
+            config,
+            batch=batch,
+            seq=seq,
+            recipe=recipe,
+            profile=profile,
+            min_speedup=min_speedup,
+            trust_config=trust_config,
         )
     if as_json:
         console.print_json(json.dumps(report.to_json()), indent=2, highlight=False)

@@ -1,0 +1,89 @@
+"""The training frameworks' float8 configs: one name for each, shared by the writer, the reader and the
+simulation.
+
+`suggest --format` writes them (`fp8advisor.emit`), `verify --config` reads them (`fp8advisor.configs`),
+and `fp8advisor.filters` simulates which Linear layers each converts. All three import `ConfigFormat` from
+here, so that the reader does not depend on the writer. One member, `torchao-auto`, is a rule and not a file:
+torchao's `_auto_filter_for_recipe`, which torchtitan applies for the `auto_filter_small_kn` entry;
+`FILE_FORMATS` are the others, the names `--format` takes.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from fp8advisor.errors import ConfigError
+
+
+class ConfigFormat(str, Enum):
+    """A framework's float8 config, by the name `suggest --format` takes (plus the `torchao-auto` rule)."""
+
+    TORCHTITAN_TOML = "torchtitan-toml"  # torchtitan 0.2.x job config: [quantize.linear.float8] filter_fqns
+    TORCHTITAN_PY = "torchtitan-py"  # torchtitan 0.3 recipe: Float8LinearConverter.Config(filter_fqns=...)
+    NEMO_AUTOMODEL = "nemo-automodel"  # YAML fp8.filter_fqns
+    ACCELERATE = "accelerate"  # AORecipeKwargs(module_filter_func=exact set)
+    TORCHAO = "torchao"  # convert_to_float8_training(module_filter_fn=exact set)
+    FILTER = "filter"  # the bare filter_fqns list, matched as torchtitan and NeMo AutoModel match it
+    TORCHAO_AUTO = "torchao-auto"  # torchao's _auto_filter_for_recipe(recipe, filter_fqns): a rule, no file
+
+    # The names `filters.Framework` gave the two torchtitan versions (aliases: the same members).
+    TORCHTITAN = "torchtitan-toml"
+    TORCHTITAN_0_3 = "torchtitan-py"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def _missing_(cls, value: object) -> ConfigFormat | None:
+        """`filters.Framework`'s values, "torchtitan" and "torchtitan-0.3", still name their members."""
+        for member in cls:
+            if member.framework_name == value:
+                return member
+        return None
+
+    @property
+    def framework_name(self) -> str:
+        """The framework as messages name it: "torchtitan" (0.2.x), "torchtitan-0.3", else the value."""
+        return _FRAMEWORK_NAMES.get(self, self.value)
+
+    @property
+    def has_file(self) -> bool:
+        """False for the torchao-auto rule, which torchtitan applies and no file holds."""
+        return self is not ConfigFormat.TORCHAO_AUTO
+
+    @property
+    def uses_substring_filter(self) -> bool:
+        """True when the only layer control is a list of FQN substrings to keep in bf16."""
+        return self in SUBSTRING_FORMATS
+
+
+_FRAMEWORK_NAMES = {ConfigFormat.TORCHTITAN_TOML: "torchtitan", ConfigFormat.TORCHTITAN_PY: "torchtitan-0.3"}
+
+#: Formats whose `filter_fqns` entries keep a layer in bf16 when the entry is a substring of its FQN.
+SUBSTRING_FORMATS: frozenset[ConfigFormat] = frozenset(
+    {
+        ConfigFormat.TORCHTITAN_TOML,
+        ConfigFormat.TORCHTITAN_PY,
+        ConfigFormat.NEMO_AUTOMODEL,
+        ConfigFormat.FILTER,
+        ConfigFormat.TORCHAO_AUTO,
+    }
+)
+
+#: The formats a file holds: what `suggest --format` writes and `verify --config` reads.
+FILE_FORMATS: tuple[ConfigFormat, ...] = tuple(fmt for fmt in ConfigFormat if fmt.has_file)
+
+
+def parse_format(name: str | ConfigFormat) -> ConfigFormat:
+    """The file format called `name`; a ConfigError listing the valid names otherwise."""
+    try:
+        fmt = ConfigFormat(name)
+    except ValueError:
+        fmt = None
+    if fmt is None or not fmt.has_file:
+        valid = ", ".join(fmt.value for fmt in FILE_FORMATS)
+        raise ConfigError(f"unknown --format {name!r}", hint=f"use one of: {valid}")
+    return fmt
+
+
+__all__ = ["FILE_FORMATS", "SUBSTRING_FORMATS", "ConfigFormat", "parse_format"]
