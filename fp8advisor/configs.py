@@ -44,7 +44,7 @@ from typing import Any
 from torch import nn
 
 from fp8advisor import compat
-from fp8advisor.errors import ConfigError, parse_choice
+from fp8advisor.errors import ConfigError, parse_choice, quote
 from fp8advisor.filter_eval import NOT_LITERAL, FilterEvaluator, literal_value
 from fp8advisor.filters import dims_divisible_by_16, matches_filter
 from fp8advisor.formats import ConfigFormat, parse_format
@@ -331,7 +331,7 @@ def _string_list(value: Any, path: Path, where: str) -> tuple[str, ...]:
     if isinstance(value, (list, tuple)) and all(isinstance(entry, str) for entry in value):
         return tuple(value)
     raise ConfigError(
-        f"{where} must be a list of strings, not {value!r}",
+        f"{where} must be a list of strings, not {quote(value)}",
         location=str(path),
         hint='write filter_fqns = ["output", "attention.wk"]',
     )
@@ -449,7 +449,17 @@ def _read_nemo(path: Path, text: str, default_recipe: Recipe | None) -> Framewor
     recipe = _recipe(recipe_name, path, "fp8.recipe_name") if recipe_name is not None else Recipe.TENSORWISE
     if recipe_name is None:
         notes.append("fp8.recipe_name is null: tensorwise, and NeMo skips the FSDP scale precompute")
-    entries = _string_list(section.get("filter_fqns"), path, "fp8.filter_fqns")
+    raw_entries = section.get("filter_fqns")
+    if isinstance(raw_entries, str):
+        # NeMo AutoModel (0.7) loops `for fqn in filter_fqns`: over a string's characters, so every layer
+        # whose name holds one of them stays bf16. Read it as NeMo does, and say so.
+        entries = tuple(dict.fromkeys(raw_entries))
+        notes.append(
+            f"fp8.filter_fqns is a string ({quote(raw_entries)}), not a list: NeMo AutoModel matches each of "
+            "its characters, keeping nearly every layer in bf16; write a YAML list"
+        )
+    else:
+        entries = _string_list(raw_entries, path, "fp8.filter_fqns")
     compile_section = data.get("compile")
     compile_enabled = bool(compile_section.get("enabled")) if isinstance(compile_section, dict) else None
     if enabled and not compile_enabled:

@@ -94,4 +94,4 @@ def parse_choice(
         return choices(name)
     except ValueError:
         valid = ", ".join(str(member.value) for member in choices)
-        raise error(f"unknown {what} {name!r}", hint=f"use one of: {valid}", location=location) from None
+        raise error(f"unknown {what} {quote(name)}", hint=f"use one of: {valid}", location=location) from None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from fp8advisor.errors import ConfigError
+from fp8advisor.errors import ConfigError, quote
 
 
 class ConfigFormat(str, Enum):
@@ -82,7 +82,7 @@ def parse_format(name: str | ConfigFormat) -> ConfigFormat:
         fmt = None
     if fmt is None or not fmt.has_file:
         valid = ", ".join(fmt.value for fmt in FILE_FORMATS)
-        raise ConfigError(f"unknown --format {name!r}", hint=f"use one of: {valid}")
+        raise ConfigError(f"unknown --format {quote(name)}", hint=f"use one of: {valid}")
     return fmt
 
 

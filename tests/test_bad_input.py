@@ -128,6 +128,8 @@ def test_a_model_ending_the_process_fails_suggest_check_and_writes_nothing(tmp_p
     rewritten = _fp8advisor("suggest", path, "--seq", 1024, "-o", config, cwd=tmp_path)
     assert rewritten.returncode == 2 and message in rewritten.stderr
     assert config.read_bytes() == committed  # untouched
+    verified = _fp8advisor("verify", path, "--seq", 1024, "--config", config, cwd=tmp_path)
+    assert verified.returncode == 2 and message in verified.stderr, (verified.stdout, verified.stderr)
 
 
 @pytest.mark.parametrize("case", list(ENDINGS))
@@ -136,6 +138,17 @@ def test_every_way_user_code_ends_the_process_is_one_clear_error(cli, tmp_path, 
     for command in (["layers", path, "--seq", 64], ["suggest", path, "--seq", 64, "--json"]):
         stderr = assert_clean_error(cli(*command), message)
         assert f"{path}:" in stderr  # where: the user's line
+
+
+def test_a_model_ending_the_process_only_on_real_tensors_fails_verify(cli, tmp_path):
+    """verify also runs the model for real (small ones): that run is guarded as the meta trace is."""
+    path, _ = _ending_model(tmp_path, "sys.exit(0) in forward")
+    text = path.read_text().replace("sys.exit(0)\n", "if not x.is_meta:\n            sys.exit(0)\n")
+    path.write_text(text.replace("16384", "8192"))  # 67 M parameters: small enough to be run for real
+    config = tmp_path / "fp8.toml"
+    assert cli("suggest", path, "--seq", 64, "-o", config).exit_code == 0  # the meta trace is fine
+    result = cli("verify", path, "--seq", 64, "--config", config)
+    assert_clean_error(result, "called sys.exit(0) while running the model for real", f"{path}:")
 
 
 def test_the_models_prints_go_to_stderr_so_json_and_configs_stay_clean(cli, tmp_path):

@@ -233,6 +233,29 @@ def test_nemo_fp8_must_be_enabled(tmp_path, enabled_line):
     assert not config.decides(linear(4096, 4096), "model.layers.3.self_attn.q_proj")
 
 
+def test_nemo_string_filter_fqns_is_read_character_by_character_as_nemo_does(tmp_path):
+    """NeMo AutoModel 0.7's `_module_filter_fn` loops `for fqn in filter_fqns`: a string is its characters."""
+    text = (
+        'fp8:\n  enabled: true\n  recipe_name: rowwise\n  filter_fqns: "lm_head"\ncompile:\n  enabled: true\n'
+    )
+    config = read_config(write(tmp_path, "recipe.yaml", text))
+    assert config.filter_fqns == ("l", "m", "_", "h", "e", "a", "d")
+    assert not config.decides(linear(4096, 4096), "model.layers.3.self_attn.q_proj")  # "l" is in "layers"
+    assert config.decides(linear(4096, 4096), "x.wqkv")  # none of the characters
+    assert any("is a string" in note and "write a YAML list" in note for note in config.notes)
+
+
+def test_a_huge_value_is_quoted_short_and_fast(tmp_path):
+    """A YAML alias bomb: the message quotes a few hundred characters, built without expanding the value."""
+    lines = ["a: &a [" + ", ".join(['"lol"'] * 9) + "]"]
+    for previous, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [" + ", ".join([f"*{previous}"] * 9) + "]")
+    lines.append("fp8:\n  enabled: true\n  recipe_name: rowwise\n  filter_fqns: [*i]")
+    with pytest.raises(ConfigError, match="must be a list of strings") as error:
+        read_config(write(tmp_path, "recipe.yaml", "\n".join(lines) + "\n"))
+    assert len(str(error.value)) < 1000
+
+
 def test_nemo_null_recipe_is_tensorwise(tmp_path):
     config = read_config(
         write(tmp_path, "recipe.yaml", NEMO.replace("recipe_name: tensorwise", "recipe_name: null"))
