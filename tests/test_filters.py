@@ -117,6 +117,26 @@ def test_single_layer_entry_never_a_numeric_suffix():
     assert converted_by_framework(model.layers, result.entries, Framework.TORCHTITAN) == advised
 
 
+def _redundant_entries(layers, entries) -> list[str]:
+    """Entries whose bf16 layers the other entries already keep in bf16."""
+    fqns = [l.fqn for l in layers]
+    return [
+        entry
+        for entry in entries
+        if {f for f in fqns if entry in f} <= {f for f in fqns for e in entries if e != entry and e in f}
+    ]
+
+
+def test_no_entry_is_redundant():
+    # "m." keeps the most layers in bf16 (four), but "p.q" and "r.s" are needed for n.five and n.six anyway
+    # and keep those four too: the list is the two of them, never three ("n." would catch n.conv).
+    bf16 = ["m.one.p.q", "m.two.p.q", "n.five.p.q", "m.three.r.s", "m.four.r.s", "n.six.r.s"]
+    layers = [layer(fqn, 64, 64) for fqn in [*bf16, "n.conv"]]
+    result = shortest_exact_filter(layers, {"n.conv"})
+    assert result.entries == ("p.q", "r.s")
+    assert not _redundant_entries(layers, result.entries)
+
+
 def test_all_advised_gives_empty_list_and_non_multiples_need_no_entry():
     layers = [layer("a", 64, 64), layer("b", 64, 60), layer("c", 64, 64)]
     result = shortest_exact_filter(layers, {"a", "c"})
@@ -197,6 +217,7 @@ def test_random_models_exact_whenever_possible():
         if possible:
             assert converted == advised
             assert len(result.entries) <= len(set(eligible) - advised)
+        assert not _redundant_entries(layers, result.entries), result.entries
 
 
 def test_a_module_shared_by_two_blocks_is_converted_under_both_names():
