@@ -180,15 +180,17 @@ class Advice:
         fl = self.filter_list
         advised = len(self.convert_fqns)
         linear = len(self.linear_fqns)
+        # FilterList.shortest: False only when the search stopped at its step limit before a proof
+        unproven = "" if fl.shortest else "; a shorter list may exist (the search stopped at its step limit)"
         if fl.exact:
             return (
                 f"simulated ({fl.framework.value} substring rule on all {linear} nn.Linear FQNs): "
-                f"converts exactly the {advised} advised layers"
+                f"converts exactly the {advised} advised layers{unproven}"
             )
         return (
             f"simulated ({fl.framework.value} substring rule on all {linear} nn.Linear FQNs): converts "
             f"{len(fl.converted)} of the {advised} advised layers; no substring list can be exact "
-            f"({len(fl.conflicts)} conflict(s)), the other {len(fl.demoted)} stay in bf16"
+            f"({len(fl.conflicts)} conflict(s)), the other {len(fl.demoted)} stay in bf16{unproven}"
         )
 
     def to_json(self) -> dict:
@@ -212,6 +214,7 @@ class Advice:
                 "strategies": {s.name: s.to_json() for s in self.strategies},
                 "filter": {
                     "exact": self.filter_list.exact,
+                    "shortest": self.filter_list.shortest,
                     "entries": len(self.filter_list.entries),
                     "proof": self.proof_line(),
                     "conflicts": [c.to_json() for c in self.filter_list.conflicts],

@@ -6,6 +6,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -267,6 +268,24 @@ def test_prefix_conflict_cost_and_warning():
     assert via.predicted_speedup < advice.strategy("advice").predicted_speedup
     (warning,) = [w for w in advice.warnings if "no filter_fqns list can be exact" in w]
     assert "'blocks.0.ff'" in warning and "'blocks.0.ff2'" in warning and "instead of" in warning
+
+
+def test_proof_line_says_when_the_list_is_not_proven_shortest(monkeypatch):
+    import scipy.optimize
+
+    import fp8advisor.filters
+
+    # "mlp." tempts a greedy cover; "left." and "right." are shorter: a search with no steps and a solver
+    # with no answer leave a longer list, and the proof line must not let it pass for the shortest
+    names = ["left.mlp.a", "left.mlp.b", "left.attn.c", "right.mlp.a", "right.mlp.b", "right.attn.c"]
+    layers = [layer(name, 64, 64) for name in names] + [layer("mid.attn.c", 8192, 8192)]
+    assert "may exist" not in _one(layers).proof_line()
+    monkeypatch.setattr(fp8advisor.filters, "SEARCH_BUDGET", 0)
+    monkeypatch.setattr(scipy.optimize, "milp", lambda *args, **kwargs: SimpleNamespace(x=None, status=1))
+    advice = _one(layers)
+    assert advice.filter_fqns == ("left.attn.c", "mlp.", "right.attn.c")
+    assert "converts exactly the 1 advised layers; a shorter list may exist" in advice.proof_line()
+    assert advice.to_json()["summary"]["filter"]["shortest"] is False
 
 
 def test_invalid_inputs():
