@@ -25,12 +25,13 @@ from fp8advisor.filters import FilterList, Framework, dims_divisible_by_16, shor
 from fp8advisor.layers import Folded, GemmLayer, LayerStatus, ModelLayers, fold_repeated
 from fp8advisor.recipes import ALL_RECIPES, Recipe, parse_recipe
 
-#: The default `min_speedup`. Converting exactly the layers predicted to be faster minimises the predicted
-#: Linear time, so the advice is never predicted slower than torchao's auto filter or "convert everything"
-#: on the same profile; 1.01 rather than 1.00 because the published table is rounded to 0.01, and a layer at
-#: a tie gains nothing while float8 still costs it accuracy. `suggest` prints the profile's held-out error
-#: (3.0% median, 13% worst on the published H100 table, leave-one-out over 216 points); a team that wants a
-#: safety margin against it raises `--min-speedup` (e.g. 1.05).
+#: The default `min_speedup`: layers predicted to gain less than 1% stay in bf16. The published table is
+#: rounded to 0.01, and a layer at a tie gains nothing while float8 still costs it accuracy. The price: where
+#: torchao's auto filter or "convert everything" converts a layer predicted between 1.00x and 1.01x, that
+#: strategy is predicted faster than the advice, by less than 1% of the layer's time (converting exactly the
+#: layers predicted above 1.00x would minimise the predicted Linear time). `suggest` prints the profile's
+#: held-out error (3.0% median, 13% worst on the published H100 table, leave-one-out over 216 points); a team
+#: that wants a wider margin against it raises `--min-speedup` (e.g. 1.05).
 DEFAULT_MIN_SPEEDUP = 1.01
 
 #: A profile whose held-out median error exceeds this gets a warning with every advice made from it.

@@ -154,8 +154,9 @@ class FilterList:
     `converted` is always the simulated result of `entries` (verified, not assumed). `conflicts` names the
     layers no substring list can separate, and `demoted` the advised layers the list keeps in bf16 as the
     safe choice; with none demoted the list is `exact`. `shortest` is True when no list of candidate entries
-    (see `shortest_exact_filter`) with fewer entries does the same, False when the search ran out of steps
-    (`SEARCH_BUDGET`) before proving it: the list is then still exact, only perhaps not the shortest.
+    (see `shortest_exact_filter`) with fewer entries does the same; False when the search and its solver
+    fallback both stopped at their limits before a proof: the list is then still exact (or the safe subset),
+    only perhaps not the shortest.
     """
 
     entries: tuple[str, ...]
