@@ -27,12 +27,13 @@ from fp8advisor.layers import Folded, GemmLayer, LayerStatus, ModelLayers, fold_
 from fp8advisor.profile import PROVENANCE_RANK
 from fp8advisor.recipes import ALL_RECIPES, Recipe, parse_recipe
 
-#: The default `min_speedup`. Converting exactly the layers predicted to be faster minimises the predicted
-#: Linear time, so the advice is never predicted slower than torchao's auto filter or "convert everything"
-#: on the same profile; 1.01 rather than 1.00 because the published table is rounded to 0.01, and a layer at
-#: a tie gains nothing while float8 still costs it accuracy. `suggest` prints the profile's held-out error
-#: (3.0% median, 13% worst on the published H100 table, leave-one-out over 216 points); a team that wants a
-#: safety margin against it raises `--min-speedup` (e.g. 1.05).
+#: The default `min_speedup`: layers predicted to gain less than 1% stay in bf16. The published table is
+#: rounded to 0.01, and a layer at a tie gains nothing while float8 still costs it accuracy. The price: where
+#: torchao's auto filter or "convert everything" converts a layer predicted between 1.00x and 1.01x, that
+#: strategy is predicted faster than the advice, by less than 1% of the layer's time (converting exactly the
+#: layers predicted above 1.00x would minimise the predicted Linear time). `suggest` prints the profile's
+#: held-out error (3.0% median, 13% worst on the published H100 table, leave-one-out over 216 points); a team
+#: that wants a wider margin against it raises `--min-speedup` (e.g. 1.05).
 DEFAULT_MIN_SPEEDUP = 1.01
 
 #: A profile whose held-out median error exceeds this gets a warning with every advice made from it.
@@ -180,12 +181,14 @@ class Advice:
         advised = len(self.convert_fqns)
         linear = len(self.linear_fqns)
         simulated = f"simulated ({fl.framework.framework_name} substring rule on all {linear} nn.Linear FQNs)"
+        # FilterList.shortest: False only when the search stopped at its step limit before a proof
+        unproven = "" if fl.shortest else "; a shorter list may exist (the search stopped at its step limit)"
         if fl.exact:
-            return f"{simulated}: converts exactly the {advised} advised layers"
+            return f"{simulated}: converts exactly the {advised} advised layers{unproven}"
         return (
             f"{simulated}: converts "
             f"{len(fl.converted)} of the {advised} advised layers; no substring list can be exact "
-            f"({len(fl.conflicts)} conflict(s)), the other {len(fl.demoted)} stay in bf16"
+            f"({len(fl.conflicts)} conflict(s)), the other {len(fl.demoted)} stay in bf16{unproven}"
         )
 
     def to_json(self) -> dict:
@@ -209,6 +212,7 @@ class Advice:
                 "strategies": {s.name: s.to_json() for s in self.strategies},
                 "filter": {
                     "exact": self.filter_list.exact,
+                    "shortest": self.filter_list.shortest,
                     "entries": len(self.filter_list.entries),
                     "proof": self.proof_line(),
                     "conflicts": [c.to_json() for c in self.filter_list.conflicts],

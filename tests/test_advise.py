@@ -6,6 +6,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -60,9 +61,30 @@ def test_threshold(speedup, min_speedup, converts):
     assert (">=" if converts else "<") in decided.reason
 
 
-def test_default_min_speedup_keeps_ties_in_bf16():
-    # 1.00x (a tie at the published table's 0.01 resolution) stays bf16; 1.01x converts
-    assert DEFAULT_MIN_SPEEDUP == 1.01
+@pytest.mark.parametrize(
+    "speedup, converts",
+    [
+        (1.0, False),  # a tie at the published table's 0.01 resolution: bf16
+        (1.009, False),  # faster, but by less than 1%: bf16 too
+        (1.01, True),  # exactly at the default threshold: convert
+        (1.3, True),
+    ],
+)
+def test_default_min_speedup_keeps_gains_below_one_percent_in_bf16(speedup, converts):
+    advice = _one([layer("a", 4096, 4096)], predictor=StubPredictor(rule=lambda M, K, N: speedup))
+    (decided,) = advice.layers
+    assert decided.convert is converts
+    assert advice.min_speedup == DEFAULT_MIN_SPEEDUP
+
+
+def test_default_advice_may_be_predicted_slower_than_converting_everything_by_under_one_percent():
+    # the layers the default leaves in bf16 for a gain under 1% are what "convert everything" is ahead by
+    predictor = StubPredictor(rule=lambda M, K, N: 1.5 if K == 8192 else 1.005)
+    advice = _one([layer("big", 8192, 8192), layer("small", 4096, 4096)], predictor=predictor)
+    assert advice.convert_fqns == ("big",)
+    mine = advice.strategy("advice").predicted_speedup
+    everything = advice.strategy("all_convertible").predicted_speedup
+    assert mine < everything < mine * 1.01
 
 
 @pytest.mark.parametrize(
@@ -100,7 +122,7 @@ def test_multi_call_layer_is_judged_on_total_time():
 def test_llama_advice_filter_and_summary():
     model = llama_layers(80)
     advice = _advise(model)
-    # the stub puts wk/wv (4096 x 1024) at exactly 1.0x: below 1.05, kept bf16
+    # the stub puts wk/wv (4096 x 1024) at exactly 1.0x: below the default 1.01, kept bf16
     assert advice.filter_fqns == ("attention.wk", "attention.wv")
     assert len(advice.convert_fqns) == 80 * 5 + 1
     assert converted_by_framework(model.layers, advice.filter_fqns, Framework.TORCHTITAN) == set(
@@ -246,6 +268,24 @@ def test_prefix_conflict_cost_and_warning():
     assert via.predicted_speedup < advice.strategy("advice").predicted_speedup
     (warning,) = [w for w in advice.warnings if "no filter_fqns list can be exact" in w]
     assert "'blocks.0.ff'" in warning and "'blocks.0.ff2'" in warning and "instead of" in warning
+
+
+def test_proof_line_says_when_the_list_is_not_proven_shortest(monkeypatch):
+    import scipy.optimize
+
+    import fp8advisor.filters
+
+    # "mlp." tempts a greedy cover; "left." and "right." are shorter: a search with no steps and a solver
+    # with no answer leave a longer list, and the proof line must not let it pass for the shortest
+    names = ["left.mlp.a", "left.mlp.b", "left.attn.c", "right.mlp.a", "right.mlp.b", "right.attn.c"]
+    layers = [layer(name, 64, 64) for name in names] + [layer("mid.attn.c", 8192, 8192)]
+    assert "may exist" not in _one(layers).proof_line()
+    monkeypatch.setattr(fp8advisor.filters, "SEARCH_BUDGET", 0)
+    monkeypatch.setattr(scipy.optimize, "milp", lambda *args, **kwargs: SimpleNamespace(x=None, status=1))
+    advice = _one(layers)
+    assert advice.filter_fqns == ("left.attn.c", "mlp.", "right.attn.c")
+    assert "converts exactly the 1 advised layers; a shorter list may exist" in advice.proof_line()
+    assert advice.to_json()["summary"]["filter"]["shortest"] is False
 
 
 def test_invalid_inputs():

@@ -16,7 +16,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parent))
 from _advice_helpers import StubChoice, StubPredictor, llama_layers, prefix_conflict_layers  # noqa: E402
 
-from fp8advisor import __version__  # noqa: E402
+from fp8advisor import __version__, configs  # noqa: E402
 from fp8advisor.advise import advise  # noqa: E402
 from fp8advisor.emit import Request, check, render, write  # noqa: E402
 from fp8advisor.errors import ConfigError  # noqa: E402
@@ -230,7 +230,6 @@ def test_write_and_check(tmp_path, llama):
 
 def test_read_back_by_verify_reader(tmp_path, llama):
     """verify's reader (fp8advisor.configs) decides, layer by layer, exactly the advice for every format."""
-    configs = pytest.importorskip("fp8advisor.configs")
     import torch
     from torch import nn
 

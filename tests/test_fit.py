@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -10,10 +11,10 @@ from typer.testing import CliRunner
 
 from fp8advisor.cli import app
 from fp8advisor.errors import ResultsError
-from fp8advisor.fit import KNRule, _best_rule, fit_profile, threshold_table
+from fp8advisor.fit import KNRule, _best_rule, fit_profile, leave_one_out, threshold_table
 from fp8advisor.paths import RESULTS_DIR
-from fp8advisor.profile import PROFILE_DIR_ENV, dumps_profile, load_profile
-from fp8advisor.roofline import roofline_speedup
+from fp8advisor.profile import PROFILE_DIR_ENV, SpeedupPoint, dumps_profile, load_profile
+from fp8advisor.roofline import GPU_SPECS, roofline_speedup
 
 TABLE = RESULTS_DIR / "torchao_rowwise_h100_2025-06.csv"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "fit"
@@ -59,6 +60,28 @@ def test_published_thresholds_and_torchao_agreement(published_fit):
     assert rows[1024].paying == 0 and rows[1024].rule_text == "never" and rows[1024].rule_agreement == 36
     assert rows[4096].rule_text == "K >= 4096 and N >= 8192" and rows[4096].rule_agreement == 36
     assert all(row.rule_agreement >= 34 for row in rows.values())
+
+
+def test_leave_one_out_by_hand():
+    """Three points along K: each is predicted from the other two, by the profile's own rule."""
+    speedups = {1024: 0.6, 2048: 0.9, 4096: 1.2}
+    points = [SpeedupPoint(1024, K, 4096, s) for K, s in speedups.items()]
+    error = leave_one_out(points, "rowwise", GPU_SPECS["H100"])
+    # K=1024 held out: below the others, the K=2048 value times the roofline ratio (capped at 1)
+    ratio = roofline_speedup(1024, 1024, 4096, "rowwise", "H100") / roofline_speedup(
+        1024, 2048, 4096, "rowwise", "H100"
+    )
+    first = 0.9 * min(ratio, 1.0)
+    # K=2048 held out: halfway in log2 K between its neighbours, the geometric mean of their speedups
+    middle = math.sqrt(0.6 * 1.2)
+    # K=4096 held out: above the others, clamped to the K=2048 value
+    last = 0.9
+    errors = [abs(first - 0.6) / 0.6, abs(middle - 0.9) / 0.9, abs(last - 1.2) / 1.2]
+    assert error.n == 3 and error.method == "leave-one-out"
+    assert error.median_relative_error == pytest.approx(sorted(errors)[1], rel=1e-12)
+    assert error.worst_relative_error == pytest.approx(max(errors), rel=1e-12)
+    assert min(errors) > 0.05  # a point that was not held out would be predicted exactly
+    assert error.sign_accuracy == pytest.approx(2 / 3)  # 1.2x predicted 0.9x: the wrong side of 1
 
 
 def test_fitting_twice_gives_identical_bytes(published_fit):

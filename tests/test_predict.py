@@ -131,6 +131,22 @@ def test_grid_with_a_hole_fills_it_from_its_neighbours_and_keeps_the_others_exac
         )
 
 
+def test_hole_between_unevenly_spaced_sizes_is_weighted_by_log2_distance():
+    """The default K/N axis 1024, 4096, 32768 is log2 10, 12, 15: a hole at K=4096 lies 2/5 of the way from
+    1024 to 32768, so it takes 3/5 of the 1024 value's log and 2/5 of the 32768 value's (not 1/2 and 1/2, and
+    not the weights mirrored)."""
+    points = [SpeedupPoint(1024, K, 4096, 1.0 + K / 65536) for K in (1024, 4096, 32768)]
+    points += [SpeedupPoint(8192, 1024, 4096, 0.5), SpeedupPoint(8192, 32768, 4096, 1.5)]
+    model = LogGridModel([p.shape for p in points], [p.speedup for p in points])
+    assert not model.is_complete_grid  # (8192, 4096, 4096) is the hole
+    # along M the hole has a measured cell on one side only: the K axis alone fills it
+    expected = math.exp(0.6 * math.log(0.5) + 0.4 * math.log(1.5))  # 0.7759
+    filled = math.exp(model.log_value(np.log2(np.array([8192, 4096, 4096], dtype=float))))
+    assert filled == pytest.approx(expected, rel=1e-12)
+    assert abs(filled - math.sqrt(0.5 * 1.5)) > 0.03  # what equal weights would give: 0.8660
+    assert abs(filled - math.exp(0.4 * math.log(0.5) + 0.6 * math.log(1.5))) > 0.1  # mirrored: 0.9680
+
+
 def test_hole_at_a_corner_takes_the_nearest_measured_neighbours():
     sizes = (1024, 2048, 4096)
     points = [SpeedupPoint(M, K, 4096, 1.0 + M / 4096 + K / 8192) for M in sizes for K in sizes]

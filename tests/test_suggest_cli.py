@@ -175,4 +175,6 @@ def test_shipped_profile_end_to_end(monkeypatch, llama3_small):
     result = _run(LLAMA, "--seq", "2048", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    assert data["profile"] and "H100" in result.stdout + data["profile"].upper()
+    # no GPU found: the shipped H100 profile with measured or published figures, never the roofline one
+    assert data["profile"] == "h100-published-rowwise-2025-06"
+    assert data["profile_provenance"] == "published"
