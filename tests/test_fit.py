@@ -44,9 +44,10 @@ def test_published_table_fits_with_a_small_held_out_error(published_fit):
     assert profile.provenance == "published" and profile.family == "H100"
     error = profile.recipe("rowwise").error
     assert error.method == "leave-one-out" and error.n == 216
-    assert error.median_relative_error < 0.06  # measured: 3.0%
-    assert error.worst_relative_error < 0.25  # measured: 13.4%
-    assert error.sign_accuracy > 0.95  # measured: 98.1%
+    # bounds on both sides: a predictor that saw the held-out point would score 0% and 100%
+    assert 0.02 < error.median_relative_error < 0.06  # measured: 3.0%
+    assert 0.05 < error.worst_relative_error < 0.25  # measured: 13.4%
+    assert 0.95 < error.sign_accuracy < 1.0  # measured: 98.1%
     # the unfitted roofline model is far worse on the same points: what measuring buys
     roofline = published_fit.roofline_errors["rowwise"]
     assert roofline.median_relative_error > 0.3 and roofline.sign_accuracy < 0.8  # 43% and 63%

@@ -15,7 +15,7 @@ from _advice_helpers import llama_layers, modelled_choice, prefix_conflict_layer
 
 from fp8advisor.cli import app  # noqa: E402
 from fp8advisor.filters import Framework, converted_by_framework  # noqa: E402
-from fp8advisor.paths import MODELS_DIR, PROFILES_DIR  # noqa: E402
+from fp8advisor.paths import MODELS_DIR  # noqa: E402
 
 try:
     import tomllib
@@ -29,8 +29,6 @@ LLAMA = "data/models/llama3.py"
 @pytest.fixture(scope="module")
 def llama3_small():
     """The shipped example model, really inspected once (seq 2048): real FQNs for every test below."""
-    if not (MODELS_DIR / "llama3.py").is_file():
-        pytest.skip("data/models/llama3.py is not there")
     from fp8advisor.layers import inspect_model
 
     return inspect_model(str(MODELS_DIR / "llama3.py") + ":llama3_8b(n_layers=2)", batch=1, seq=2048)
@@ -165,7 +163,6 @@ def test_errors_exit_2(fake_world, args, message):
     assert message in result.stderr
 
 
-@pytest.mark.skipif(not any(PROFILES_DIR.glob("*.json")), reason="no shipped profiles in data/profiles yet")
 def test_shipped_profile_end_to_end(monkeypatch, llama3_small):
     """Without --profile the shipped profile is chosen and named (no GPU here: the H100 one)."""
     import fp8advisor.layers
