@@ -291,8 +291,8 @@ def _torchao(advice: Advice, header: list[str]) -> str:
         _comment(header)
         + '"""torchao float8 training on exactly the Linear layers fp8advisor advised.\n'
         + "\n"
-        + "Call convert_model(model) on the module whose FQNs these are, before torch.compile and before\n"
-        + "wrapping it for data parallelism.\n"
+        + "Call convert_model(model) on the module whose FQNs these are, before wrapping it for data\n"
+        + "parallelism: it converts the advised layers and returns the model compiled (torch.compile).\n"
         + '"""\n'
         + "\n"
         + "import torch\n"
