@@ -563,17 +563,17 @@ def select_profile(
     family = gpu_family(device_name) or device_name
     gpu_words = f"{device_name} ({family})" if family != device_name else (device_name or "no GPU found")
 
+    # One bad file among the user's own must not block every suggest: it is passed over, and said.
+    passed_over: list[str] = []
+    skipped = ""
     if family is not None:
-        # One bad file among the user's own must not block every suggest: it is passed over, and said.
-        passed_over: list[str] = []
         user_profiles = [
             p
             for p in _profiles_in(user_profile_dir(), passed_over)
             if p.family == family and p.provenance in ("measured", "published")
         ]
-        skipped = (
-            f" (passed over {len(passed_over)} unreadable file(s): {passed_over[0]})" if passed_over else ""
-        )
+        if passed_over:
+            skipped = f" (passed over {len(passed_over)} unreadable file(s): {passed_over[0]})"
         if user_profiles:
             return _pair(
                 _best(user_profiles), f"your own profile for {gpu_words} in {user_profile_dir()}{skipped}"
@@ -593,7 +593,6 @@ def select_profile(
             hint="reinstall fp8advisor, or pass --profile PATH",
         )
     why = f"no profile for {device_name}" if device_name else "no GPU found"
-    skipped = skipped if family is not None else ""
     return _pair(_best(shipped_default), f"{why}: the shipped {DEFAULT_FAMILY} profile{skipped}")
 
 

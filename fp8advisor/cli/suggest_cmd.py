@@ -37,8 +37,9 @@ def _format_for(fmt: str | None, path: str | None) -> ConfigFormat | None:
 
 def _input_files(target: str, profile: str | None) -> list[Path]:
     """The files `suggest` reads, which -o must never replace: the model file (or config.json) and a
-    profile given as a path."""
-    path = Path(target.split(":", 1)[0]) if ":" in target else Path(target)
+    profile given as a path. (Not `target.parse_target`: that also checks the file exists, which is the
+    model loader's error to give.)"""
+    path = Path(target.split(":", 1)[0])
     if path.is_dir():
         path = path / "config.json"
     return [path] + ([Path(profile)] if profile is not None else [])
@@ -84,7 +85,8 @@ def suggest(
         )
     config_format = _format_for(fmt, output or check_file)
     # Before the work: a path that cannot be written, or a file that is not ours to replace, fails at once.
-    guard_output(output, inputs=_input_files(target, profile), force=force)
+    if output is not None:
+        guard_output(output, inputs=_input_files(target, profile), force=force)
     committed = read_committed(check_file) if check_file is not None else None
 
     from fp8advisor.layers import inspect_model
