@@ -65,6 +65,7 @@ class LayerAdvice:
     float8_time_s: float = 0.0
     provenance: str | None = None  # of the speedup figure
     how: str | None = None  # interpolated / extrapolated / modelled
+    bf16_provenance: str | None = None  # of the bf16 time: measured kernel times, or the roofline (modelled)
     aliases: tuple[str, ...] = ()  # other names of the same module (GemmLayer.aliases)
 
     @property
@@ -245,8 +246,8 @@ _HOW_RANK = {"interpolated": 0, "modelled": 1, "extrapolated": 2}
 
 def _predict_layer(
     layer: GemmLayer, recipe: Recipe, predictor: Predictor, tensor_parallel: int
-) -> tuple[float, float, str, str]:
-    """(bf16 seconds, float8 seconds, provenance, how) summed over the layer's calls.
+) -> tuple[float, float, str, str, str]:
+    """(bf16 seconds, float8 seconds, provenance, how, bf16 provenance) summed over the layer's calls.
 
     With tensor parallelism each GPU multiplies a 1/tp slice of K (row-parallel) or of N (column-parallel);
     which one is not known here, so both are predicted and the slower float8 outcome is kept.
@@ -254,32 +255,36 @@ def _predict_layer(
     shapes = [(layer.K, layer.N)]
     if tensor_parallel > 1:
         shapes = [(layer.K // tensor_parallel, layer.N), (layer.K, layer.N // tensor_parallel)]
-    worst: tuple[float, float, str, str] | None = None
+    worst: tuple[float, float, str, str, str] | None = None
     for K, N in shapes:
         bf16 = float8 = 0.0
         provenances: set[str] = set()
         hows: set[str] = set()
+        bf16_provenances: set[str] = set()
         for M in layer.M_per_call:
             times = predictor(recipe, M, K, N)
             bf16 += times.bf16_s
             float8 += times.float8_s
             provenances.add(times.speedup.provenance)
             hows.add(times.speedup.how)
+            bf16_provenances.add(getattr(times, "bf16_provenance", None) or times.speedup.provenance)
         provenance = _weakest(provenances)
         how = max(hows, key=lambda h: _HOW_RANK.get(h, 9))
         if worst is None or bf16 / float8 < worst[0] / worst[1]:
-            worst = (bf16, float8, provenance, how)
+            worst = (bf16, float8, provenance, how, _weakest(bf16_provenances))
     assert worst is not None
     return worst
 
 
-def _decide(
+def decide_layers(
     layers: Sequence[GemmLayer],
     recipe: Recipe,
     predictor: Predictor,
     min_speedup: float,
     tensor_parallel: int,
 ) -> list[LayerAdvice]:
+    """The decision for each layer at its own (M, K, N): convert when convertible and predicted to reach
+    `min_speedup` (the module docstring's rule)."""
     decided = []
     for layer in layers:
         common = dict(
@@ -302,9 +307,17 @@ def _decide(
         if not layer.M_per_call or not all(m > 0 for m in layer.M_per_call):
             decided.append(LayerAdvice(convert=False, reason="no rows multiplied", **common))
             continue
-        bf16, float8, provenance, how = _predict_layer(layer, recipe, predictor, tensor_parallel)
+        bf16, float8, provenance, how, bf16_provenance = _predict_layer(
+            layer, recipe, predictor, tensor_parallel
+        )
         speedup = bf16 / float8
-        timing = dict(predicted_speedup=speedup, bf16_time_s=bf16, provenance=provenance, how=how)
+        timing = dict(
+            predicted_speedup=speedup,
+            bf16_time_s=bf16,
+            provenance=provenance,
+            how=how,
+            bf16_provenance=bf16_provenance,
+        )
         sharded = [(layer.K // tensor_parallel, layer.N), (layer.K, layer.N // tensor_parallel)]
         if not dims_divisible_by_16(layer.K, layer.N):
             reason = f"K={layer.K} or N={layer.N} not divisible by 16 (float8 GEMMs need multiples of 16)"
@@ -422,7 +435,7 @@ def _choose_recipe(
     for recipe in candidates:
         if hasattr(profile_choice, "covers") and not profile_choice.covers(recipe):
             continue
-        decided = _decide(model_layers.layers, recipe, predictor, min_speedup, tensor_parallel)
+        decided = decide_layers(model_layers.layers, recipe, predictor, min_speedup, tensor_parallel)
         timed = [layer for layer in decided if layer.counts_in_linear_time]
         if not timed:
             continue
@@ -496,7 +509,7 @@ def advise(
     else:
         chosen, recipe_reason, options = parse_recipe(str(recipe)), "requested with --recipe", ()
 
-    decided = _decide(model_layers.layers, chosen, predictor, min_speedup, tensor_parallel)
+    decided = decide_layers(model_layers.layers, chosen, predictor, min_speedup, tensor_parallel)
     advised = {layer.fqn for layer in decided if layer.convert}
     filter_list = shortest_exact_filter(model_layers.layers, advised, framework)
 
@@ -706,6 +719,7 @@ __all__ = [
     "RecipeOption",
     "Strategy",
     "advise",
+    "decide_layers",
     "default_predictor",
     "group_layers",
     "predicted_linear_speedup",

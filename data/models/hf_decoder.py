@@ -5,8 +5,8 @@ Names follow transformers' LlamaForCausalLM (`model.embed_tokens`,
 `model.norm`, `lm_head`), the names NeMo AutoModel, accelerate and LLaMA-Factory match their filters against.
 `lm_head` shares its weight with `model.embed_tokens` (tie_word_embeddings), as in Llama 3.2 1B.
 
-Factories: `llama32_1b()` (the published shapes) and `build_model()` (a small default); keyword overrides
-work, e.g. `hf_decoder.py:llama32_1b(num_hidden_layers=2)`.
+Factories: `llama32_1b()` and `llama31_8b()` (the published shapes) and `build_model()` (a small default);
+keyword overrides work, e.g. `hf_decoder.py:llama32_1b(num_hidden_layers=2)`.
 """
 
 from __future__ import annotations
@@ -124,6 +124,14 @@ class LlamaForCausalLM(nn.Module):
 def llama32_1b(**overrides) -> LlamaForCausalLM:
     """Llama 3.2 1B shapes: hidden 2048, 16 layers, 32 heads (8 KV), MLP 8192, vocab 128256, tied head."""
     return LlamaForCausalLM(replace(DecoderConfig(), **overrides))
+
+
+def llama31_8b(**overrides) -> LlamaForCausalLM:
+    """Llama 3.1 8B shapes: hidden 4096, 32 layers, 32 heads (8 KV), MLP 14336, vocab 128256, untied head."""
+    eight_b = DecoderConfig(
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, tie_word_embeddings=False
+    )
+    return LlamaForCausalLM(replace(eight_b, **overrides))
 
 
 def build_model(**overrides) -> LlamaForCausalLM:

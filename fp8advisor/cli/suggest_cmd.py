@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import typer
@@ -17,6 +18,7 @@ from fp8advisor.errors import AdvisorError
 from fp8advisor.files import guard_output
 from fp8advisor.formats import FILE_FORMATS
 from fp8advisor.recipes import ALL_RECIPES, Recipe, parse_recipe
+from fp8advisor.roofline import get_specs
 
 _FORMATS = ", ".join(f.value for f in FILE_FORMATS)
 
@@ -75,10 +77,22 @@ def suggest(
     force: bool = typer.Option(
         False, "--force", help="Let -o replace a file that fp8advisor did not write (its inputs never)."
     ),
+    gpu: str | None = typer.Option(
+        None, "--gpu", help="GPU of the step model and profile: H100, H200, B200, ... (default: this one)."
+    ),
+    world_size: int = typer.Option(1, "--world-size", help="FSDP degree (GPUs sharing the parameters)."),
+    ac: str = typer.Option("none", "--ac", help="Activation checkpointing: none, selective or full."),
+    grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-steps per optimizer step."),
+    float8_all_gather: bool = typer.Option(
+        False, "--float8-all-gather", help="FSDP all-gathers converted weights in float8 (tensorwise)."
+    ),
 ) -> None:
     """Decide layer by layer where float8 pays, and write the config that converts exactly those layers."""
     if recipe != AUTO:
         parse_recipe(recipe)  # a clear error before the model is built
+    step_config = _step_config(world_size, ac, grad_accum, float8_all_gather, recipe)
+    if gpu is not None:
+        get_specs(gpu)  # an unknown GPU fails before the work
     if output is not None and check_file is not None:
         raise AdvisorError(
             "-o and --check do not go together", hint="write with -o, verify in CI with --check"
@@ -94,7 +108,7 @@ def suggest(
 
     with err_console.status(f"inspecting {target} ..."):
         model_layers = inspect_model(target, batch=batch, seq=seq)
-    choice = select_profile(profile)
+    choice = select_profile(profile, device_name=gpu)
     # torchtitan 0.3 has no tensorwise: "auto" chooses among the recipes the config can hold
     allowed = tuple(
         r for r in ALL_RECIPES if not (config_format is ConfigFormat.TORCHTITAN_PY and r is Recipe.TENSORWISE)
@@ -103,6 +117,10 @@ def suggest(
         advice = advise(
             model_layers, choice, recipe, min_speedup, tensor_parallel=tensor_parallel, auto_recipes=allowed
         )
+    step = None
+    if check_file is None and (as_json or config_format is None or output is not None):
+        with err_console.status("predicting the training step ..."):
+            step = _step_report(advice, model_layers, choice, gpu, step_config)
     request = Request(
         target=target,
         batch=batch,
@@ -131,7 +149,8 @@ def suggest(
         assert text is not None
         write(output, text)
     if as_json:
-        print(json.dumps(advice.to_json(), indent=2))  # plain print: Rich would wrap long strings
+        document = {**advice.to_json(), "step": None if step is None else step.to_json()}
+        print(json.dumps(document, indent=2))  # plain print: Rich would wrap long strings
         return
     if config_format is not None and output is None:
         # stdout holds the config alone, ready to pipe; the people's part goes to stderr
@@ -139,8 +158,36 @@ def suggest(
         _print_brief(advice)
         return
     _print_report(advice)
+    _print_step(step, advice)
     if output is not None:
         console.print(f"wrote {output} ({config_format.value})")
+
+
+def _step_config(world_size: int, ac: str, grad_accum: int, float8_all_gather: bool, recipe: str):
+    from fp8advisor.errors import parse_choice
+    from fp8advisor.step import Checkpointing, StepConfig
+
+    config = StepConfig(
+        world_size=world_size,
+        ac=parse_choice(Checkpointing, ac, "--ac value"),
+        grad_accum=grad_accum,
+        float8_all_gather=float8_all_gather,
+    )
+    config.check(None if recipe == AUTO else parse_recipe(recipe))
+    return config
+
+
+def _step_report(advice: Advice, model_layers, choice, gpu: str | None, config):
+    """The step model for the advice, or None with tensor parallelism (not modelled)."""
+    from fp8advisor.predict import roofline_specs_for
+    from fp8advisor.step import StepGpu, step_report
+
+    if advice.tensor_parallel > 1:
+        return None
+    if config.float8_all_gather and advice.recipe is not Recipe.TENSORWISE:
+        config = replace(config, float8_all_gather=False)  # auto chose another recipe: nothing to gather
+    specs = get_specs(gpu) if gpu is not None else roofline_specs_for(choice.primary)
+    return step_report(advice, model_layers, choice, StepGpu.of(specs), config)
 
 
 def _speedup(value: float | None) -> str:
@@ -256,3 +303,75 @@ def _print_report(advice: Advice) -> None:
         console.print(Text(f"conflict: {conflict.describe()}", style="yellow"), soft_wrap=True)
     for warning in advice.warnings:
         console.print(Text("warning: ", style="yellow") + Text(warning), soft_wrap=True)
+
+
+def _seconds(value: float) -> str:
+    return f"{value * 1e3:.1f} ms" if value < 1 else f"{value:.3f} s"
+
+
+def _print_step(step, advice: Advice) -> None:
+    if step is None:
+        console.print(
+            Text(
+                "training step: not predicted with tensor parallelism (--tp > 1 is not modelled)", style="dim"
+            )
+        )
+        return
+    config = step.config
+    console.print(
+        Text("Predicted training step", style="bold")
+        + Text(
+            f" ({step.gpu}, {config.world_size} GPU(s), --ac {config.ac.value}"
+            + (f", --grad-accum {config.grad_accum}" if config.grad_accum > 1 else "")
+            + (", float8 all-gather" if config.float8_all_gather else "")
+            + f"; in-step efficiency {step.calibration.in_step_efficiency:.3f}, fitted to one published bf16"
+            " throughput, leaves every speedup untouched)"
+        ),
+        soft_wrap=True,
+    )
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("strategy", "layers in float8", "step", "tokens/s per GPU", "step speedup"):
+        table.add_column(name, justify="left" if name == "strategy" else "right")
+    for prediction in step.predictions:
+        speedup = "-" if prediction.name == "bf16" else f"{step.speedup(prediction.name):.3f}x"
+        table.add_row(
+            prediction.label,
+            str(prediction.converted),
+            _seconds(prediction.step_s),
+            f"{prediction.tokens_per_s:,.0f}",
+            speedup,
+        )
+    console.print(table)
+
+    advice_step = step.prediction("advice")
+    terms = Table(
+        title="Where the step goes (all terms in --json)", title_justify="left", box=box.SIMPLE_HEAD
+    )
+    for name in ("term", "bf16", "share", "this advice", "share", "figures"):
+        terms.add_column(name, justify="left" if name in ("term", "figures") else "right")
+    for base, mine in zip(step.baseline.terms, advice_step.terms, strict=True):
+        if base.seconds == 0 and mine.seconds == 0:
+            continue
+        terms.add_row(
+            base.name.replace("_", " "),
+            _seconds(base.seconds),
+            f"{base.seconds / step.baseline.step_s:.0%}",
+            _seconds(mine.seconds),
+            f"{mine.seconds / advice_step.step_s:.0%}",
+            mine.provenance if mine.seconds else base.provenance,
+        )
+    console.print(terms)
+    console.print(Text(_break_even_line(step, advice), style="bold"), soft_wrap=True)
+
+
+def _break_even_line(step, advice: Advice) -> str:
+    found = step.break_even
+    if found is None:
+        return ""
+    recipe, target = advice.recipe.value, f"{found.target:.2f}x step speedup"
+    if found.tokens is None:
+        return f"break-even: {recipe} never reaches {target} up to {found.searched_up_to:,} tokens/GPU step"
+    where = f"batch {found.batch} at seq {found.seq}; {found.speedup:.3f}x there"
+    if found.speedup_below is not None:
+        where += f", {found.speedup_below:.3f}x at {found.tokens - 16:,}"
+    return f"break-even: {recipe} reaches {target} from {found.tokens:,} tokens per GPU step ({where})"
