@@ -25,11 +25,12 @@ times `--steps` steps, each between two CUDA events (`time.perf_counter` on the 
 bf16). Between variants everything is freed (`del`, `gc.collect`, `torch.cuda.empty_cache`,
 `torch._dynamo.reset`).
 
-Next to each measured step speedup it puts what fp8advisor predicted: the Linear-time speedup of each strategy
-(`Advice.strategy(name).predicted_speedup`: the advice, every convertible layer, torchao's auto filter), and a
-modelled step speedup (Amdahl: the predicted bf16 Linear time of the step over the measured bf16 step time is
-the share float8 can speed up). Everything goes to `--out` as JSON (device, software versions, command, date,
-method); a markdown table goes to stdout, ready for docs/benchmarks.md; progress goes to stderr.
+Next to each measured step it puts what fp8advisor predicted: the Linear-time speedup of each strategy
+(`Advice.strategy(name).predicted_speedup`: the advice, every convertible layer, torchao's auto filter),
+and the step model's predicted step time and step speedup (`fp8advisor.step`: one GPU, no activation
+checkpointing, AdamW states in bf16, for the profile's GPU). Everything goes to `--out` as JSON (device,
+software versions, command, date, method); a markdown table goes to stdout, ready for docs/benchmarks.md;
+progress goes to stderr.
 
 `--emulate` runs the same flow on the CPU with torchao's emulated float8 (`Float8LinearConfig(emulate=True)`)
 and float32 weights (CPU bf16 GEMMs are slow enough to dominate a test): its times are CPU wall-clock of
@@ -285,16 +286,6 @@ def layers_that_would_fit(layers: int, peak_bytes: int, per_block_bytes: int, to
     return layers + math.floor(spare / per_block_bytes)
 
 
-def amdahl_step_speedup(linear_share: float | None, linear_speedup: float | None) -> float | None:
-    """The step speedup when only the share `linear_share` of a step speeds up `linear_speedup` times.
-
-    A model (Amdahl's law), never a measurement: None where the share is not in (0, 1].
-    """
-    if linear_share is None or linear_speedup is None or not (0 < linear_share <= 1) or linear_speedup <= 0:
-        return None
-    return 1 / ((1 - linear_share) + linear_share / linear_speedup)
-
-
 # --- model, conversion, step --------------------------------------------------------------------------------
 
 
@@ -522,22 +513,34 @@ def free_memory() -> None:
 
 
 def plan_advice(settings: Settings, seq: int, recipe: str, profile_choice):
-    """fp8advisor's advice for this exact model, token count and recipe."""
+    """fp8advisor's advice for this exact model, token count and recipe, and the inspection it rests on."""
     from fp8advisor.advise import DEFAULT_MIN_SPEEDUP, advise
     from fp8advisor.layers import inspect_model
 
     model_layers = inspect_model(settings.target, batch=settings.batch, seq=seq)
-    return advise(
+    advice = advise(
         model_layers,
         profile_choice,
         recipe,
         settings.min_speedup if settings.min_speedup is not None else DEFAULT_MIN_SPEEDUP,
         device_capability=None if settings.emulate else "detect",
     )
+    return advice, model_layers
 
 
-def prediction_record(advice, seq: int, settings: Settings) -> dict:
-    """What fp8advisor predicted for one token count and recipe (JSON)."""
+def plan_step(advice, model_layers, profile_choice):
+    """fp8advisor's step model for this script's step: one GPU, no activation checkpointing, AdamW with
+    states in the bf16 weights' precision (2 bytes), the profile's GPU; no break-even search."""
+    from fp8advisor.predict import roofline_specs_for
+    from fp8advisor.step import StepConfig, StepGpu, step_report
+
+    config = StepConfig(world_size=1, optimizer_state_bytes=2)
+    gpu = StepGpu.of(roofline_specs_for(profile_choice.primary))
+    return step_report(advice, model_layers, profile_choice, gpu, config, break_even_target=None)
+
+
+def prediction_record(advice, seq: int, settings: Settings, step=None) -> dict:
+    """What fp8advisor predicted for one token count and recipe (JSON); `step`: its step model report."""
     from fp8advisor.advise import group_layers
     from fp8advisor.profile import PROVENANCE_RANK
 
@@ -591,6 +594,8 @@ def prediction_record(advice, seq: int, settings: Settings) -> dict:
             for row in group_layers(timed)
         ],
         "warnings": list(advice.warnings),
+        # the step model (fp8advisor/step.py) for the profile's GPU: predicted step time of each variant
+        "step": None if step is None else step.to_json(),
     }
 
 
@@ -598,7 +603,7 @@ def prediction_record(advice, seq: int, settings: Settings) -> dict:
 
 
 def attach_speedups(report: dict) -> None:
-    """Measured step speedups over the bf16 run of the same token count, and the modelled step speedups."""
+    """Measured step speedups over the bf16 run of the same token count, and the step model's predictions."""
     baselines = {
         r["tokens_per_step"]: r
         for r in report["results"]
@@ -609,17 +614,31 @@ def attach_speedups(report: dict) -> None:
         baseline = baselines.get(record["tokens_per_step"])
         ok = record["status"] == "ok" and baseline is not None
         record["measured_step_speedup"] = baseline["median_s"] / record["median_s"] if ok else None
-        prediction = predictions.get((record["tokens_per_step"], record["recipe"]))
-        if prediction is None or record["variant"] == Variant.BF16.value:
-            record["predicted_linear_speedup"] = record["predicted_step_speedup"] = None
-            continue
-        linear = prediction["strategies"][record["variant"]]["predicted_linear_speedup"]
-        # the predictions are for the profile's GPU: set beside CPU emulation times they mean nothing
-        comparable = baseline is not None and not report["emulated"]
-        share = prediction["predicted_bf16_linear_time_s"] / baseline["median_s"] if comparable else None
-        record["predicted_linear_speedup"] = linear
-        record["predicted_linear_share_of_bf16_step"] = share
-        record["predicted_step_speedup"] = amdahl_step_speedup(share, linear)
+        if record["variant"] == Variant.BF16.value:
+            # bf16 is the same in every recipe's prediction: take the first at this token count
+            prediction = next(
+                (p for (tokens, _), p in predictions.items() if tokens == record["tokens_per_step"]), None
+            )
+        else:
+            prediction = predictions.get((record["tokens_per_step"], record["recipe"]))
+        strategy = (
+            "bf16"
+            if record["variant"] == Variant.BF16.value
+            else STRATEGY_OF_VARIANT[Variant(record["variant"])]
+        )
+        record["predicted_linear_speedup"] = None
+        if prediction is not None and record["variant"] != Variant.BF16.value:
+            record["predicted_linear_speedup"] = prediction["strategies"][record["variant"]][
+                "predicted_linear_speedup"
+            ]
+        step = (prediction or {}).get("step") or {}
+        predicted = step.get("strategies", {}).get(strategy)
+        # the step model predicts the profile's GPU: beside CPU emulation times it means nothing
+        comparable = predicted is not None and not report["emulated"]
+        record["predicted_step_s"] = predicted["step_s"] if comparable else None
+        record["predicted_step_speedup"] = (
+            predicted["step_speedup"] if comparable and strategy != "bf16" else None
+        )
 
 
 def _fmt(value, pattern: str, missing: str = "-", suffix: str = "") -> str:
@@ -649,9 +668,9 @@ def markdown(report: dict) -> str:
     lines.append("")
     lines.append(
         "| tokens/step | recipe | variant | float8 layers | step ms, median (p20-p80) | tokens/s | peak GiB "
-        "| measured step speedup | predicted Linear speedup | predicted step speedup (modelled) |"
+        "| predicted step ms | measured step speedup | predicted Linear speedup | predicted step speedup |"
     )
-    lines.append("|---:|---|---|---:|---|---:|---:|---:|---:|---:|")
+    lines.append("|---:|---|---|---:|---|---:|---:|---:|---:|---:|---:|")
     for r in report["results"]:
         if r["status"] == "ok":
             times = f"{r['median_s'] * 1e3:.1f} ({r['p20_s'] * 1e3:.1f}-{r['p80_s'] * 1e3:.1f})"
@@ -673,8 +692,10 @@ def markdown(report: dict) -> str:
     )
     lines.append(
         "Predicted Linear speedup: fp8advisor's predicted bf16/float8 Linear time of the strategy "
-        f"({sources or '-'}). Predicted step speedup (modelled): Amdahl, with the predicted bf16 Linear time "
-        "over the measured bf16 step as the share float8 speeds up."
+        f"({sources or '-'}). Predicted step ms and step speedup: fp8advisor's step model "
+        "(fp8advisor/step.py: Linear layers from the profile; attention, memory-bound ops, loss and AdamW "
+        "modelled; one GPU, no activation checkpointing; divided by the in-step efficiency fitted to "
+        "torchao's published bf16 throughput), for the profile's GPU."
     )
     lines += _fastest_lines(report)
     fit = report.get("memory", {}).get("layers_that_would_fit")
@@ -813,9 +834,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     advice_by_key = {}
     for seq in settings.seqs:
         for recipe in settings.recipes:
-            advice = plan_advice(settings, seq, recipe, profile_choice)
+            advice, model_layers = plan_advice(settings, seq, recipe, profile_choice)
             advice_by_key[(seq, recipe)] = advice
-            report["predictions"].append(prediction_record(advice, seq, settings))
+            step = plan_step(advice, model_layers, profile_choice)
+            report["predictions"].append(prediction_record(advice, seq, settings, step))
             _log(
                 f"seq {seq} {recipe}: advice converts {len(advice.convert_fqns)} layers, predicted Linear "
                 f"speedup {_fmt(advice.strategy('advice').predicted_speedup, '.3f')}x ({profile_choice.name})"

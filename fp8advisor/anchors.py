@@ -196,7 +196,7 @@ class Comparison:
     published_speedup: float | None
     predicted_speedup: float | None
     role: str  # "fitted" (sets the in-step efficiency) or "check"
-    linear_figures: str  # provenance of the Linear figures that priced it
+    linear_figures: str  # provenance of the Linear figures that priced it (speedups, bf16 times)
 
     @property
     def speedup_error(self) -> float | None:
@@ -213,12 +213,16 @@ def comparisons(prediction: AnchorPrediction) -> list[Comparison]:
     for result in anchor.results:
         if result.recipe is None:
             step, speedup = prediction.bf16, None
-            what, figures = "bf16", prediction.bf16.term("linear_bf16").provenance
+            what = "bf16"
+            figures = f"bf16 times {prediction.bf16.term('linear_bf16').provenance}"
         else:
             step = next(step for published, step in prediction.float8 if published is result)
             speedup = prediction.bf16.step_s / step.step_s
             what = result.recipe.value + (" + float8 all-gather" if result.float8_all_gather else "")
-            figures = step.term("linear_float8").provenance
+            figures = (
+                f"speedups {step.speedup_provenance}, "
+                f"bf16 times {prediction.bf16.term('linear_bf16').provenance}"
+            )
         rows.append(
             Comparison(
                 anchor=anchor.id,

@@ -212,6 +212,7 @@ class StepPrediction:
     tokens: int  # tokens per GPU per step
     terms: tuple[Term, ...]
     communication_s: float = 0.0  # all FSDP traffic, overlapped or not
+    speedup_provenance: str | None = None  # of the float8 layers' predicted speedups (None: none converted)
 
     @property
     def step_s(self) -> float:
@@ -406,7 +407,7 @@ def predict_step(
         return seconds / efficiency
 
     in_step = f"; / in-step efficiency {efficiency:.3g} ({calibration.fitted_to})"
-    linear_provenance = _weakest(layer.provenance for layer in timed if layer.provenance)
+    linear_provenance = _weakest(p for layer in timed for p in (layer.provenance, layer.bf16_provenance) if p)
     terms = [
         Term(
             "linear_float8",
@@ -457,7 +458,8 @@ def predict_step(
         )
     )
     tokens = max(1, round(model_layers.tokens * token_scale))
-    return StepPrediction(name, label, len(in_float8), tokens, tuple(terms), communication)
+    speedups = _weakest(layer.provenance for layer in in_float8 if layer.provenance) if in_float8 else None
+    return StepPrediction(name, label, len(in_float8), tokens, tuple(terms), communication, speedups)
 
 
 # --- strategies, break-even, report -------------------------------------------------------------------------

@@ -41,7 +41,7 @@ def emulated_run(train_step, tmp_path_factory):
     # A threshold between the two lowest predicted speedups at seq 64, so that the advice converts some but
     # not all layers there, whatever profile ships: the filter must then pick exactly the advised names.
     settings = train_step.parse_args(["--emulate", "--tiny"])
-    advice = train_step.plan_advice(settings, 64, "rowwise", select_profile(detect_device=False))
+    advice, _ = train_step.plan_advice(settings, 64, "rowwise", select_profile(detect_device=False))
     speedups = sorted({layer.predicted_speedup for layer in advice.layers if layer.predicted_speedup})
     assert len(speedups) >= 2, "the tiny model needs layers of different predicted speedups"
     threshold = (speedups[0] + speedups[1]) / 2
@@ -137,8 +137,15 @@ def test_predictions_sit_beside_the_emulated_times_but_no_step_model(emulated_ru
             assert record["predicted_linear_speedup"] is None
             continue
         assert record["predicted_linear_speedup"] is not None and record["predicted_linear_speedup"] > 0
-        # GPU predictions against CPU emulation times: no Amdahl step figure may be made of them
-        assert record["predicted_step_speedup"] is None
+        # GPU predictions against CPU emulation times: no step figure may sit beside them
+        assert record["predicted_step_speedup"] is None and record["predicted_step_s"] is None
+    # the step model's figures are still recorded with each prediction, for the profile's GPU
+    for prediction in report["predictions"]:
+        strategies = prediction["step"]["strategies"]
+        assert {"bf16", "advice", "all_convertible"} <= set(strategies)
+        assert strategies["bf16"]["tokens_per_s_per_gpu"] == pytest.approx(
+            prediction["tokens_per_step"] / strategies["bf16"]["step_s"], rel=1e-4
+        )
 
 
 def test_json_carries_the_metadata_and_says_emulated(emulated_run):
@@ -196,23 +203,6 @@ def test_a_failing_variant_is_recorded_and_the_others_still_run(train_step, monk
     assert failed["status"] == "failed: RuntimeError"
     assert failed["error"] == "simulated compile failure"
     assert failed["measured_step_speedup"] is None
-
-
-@pytest.mark.parametrize(
-    ("share", "linear_speedup", "expected"),
-    [
-        (1.0, 2.0, 2.0),  # the whole step is Linear time: the step speeds up as much as the Linears
-        (0.5, 2.0, 1 / 0.75),  # half the step twice as fast
-        (0.5, 0.5, 1 / 1.5),  # a slowdown passes through too
-        (0.0, 2.0, None),  # no Linear share: nothing to say
-        (1.5, 2.0, None),  # predicted Linear time above the measured step: the share is meaningless
-        (None, 2.0, None),
-        (0.5, None, None),
-    ],
-)
-def test_amdahl_step_speedup(train_step, share, linear_speedup, expected):
-    result = train_step.amdahl_step_speedup(share, linear_speedup)
-    assert result == (None if expected is None else pytest.approx(expected))
 
 
 def test_default_layers_fit_an_h100_by_the_estimate(train_step):

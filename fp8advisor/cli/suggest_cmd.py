@@ -331,7 +331,7 @@ def _print_step(step, advice: Advice) -> None:
     )
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     for name in ("strategy", "layers in float8", "step", "tokens/s per GPU", "step speedup"):
-        table.add_column(name, justify="left" if name == "strategy" else "right")
+        table.add_column(name, justify="left" if name == "strategy" else "right", no_wrap=True)
     for prediction in step.predictions:
         speedup = "-" if prediction.name == "bf16" else f"{step.speedup(prediction.name):.3f}x"
         table.add_row(
@@ -371,7 +371,7 @@ def _break_even_line(step, advice: Advice) -> str:
     recipe, target = advice.recipe.value, f"{found.target:.2f}x step speedup"
     if found.tokens is None:
         return f"break-even: {recipe} never reaches {target} up to {found.searched_up_to:,} tokens/GPU step"
-    where = f"batch {found.batch} at seq {found.seq}; {found.speedup:.3f}x there"
+    where = f"batch {found.batch} at seq {found.seq}; {found.speedup:.4f}x there"
     if found.speedup_below is not None:
-        where += f", {found.speedup_below:.3f}x at {found.tokens - 16:,}"
+        where += f", {found.speedup_below:.4f}x at {found.tokens - 16:,}"
     return f"break-even: {recipe} reaches {target} from {found.tokens:,} tokens per GPU step ({where})"
