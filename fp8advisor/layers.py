@@ -9,9 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fp8advisor import compat
+
+if TYPE_CHECKING:
+    from fp8advisor.census import CensusTracer, OpCensus
 
 
 class LayerStatus(str, Enum):
@@ -85,6 +88,9 @@ class ModelLayers:
     notes: tuple[str, ...] = field(
         default=()
     )  # e.g. "tracing stopped at model.py:42 (.item()); 3 layers assumed"
+    census: OpCensus | None = None  # what else the same forward runs (attention, memory-bound regions)
+    # parameters of the model, a shared one once: what the optimizer and FSDP move
+    parameter_count: int = 0
 
     @property
     def tokens(self) -> int:
@@ -102,6 +108,8 @@ class ModelLayers:
             "tokens": self.tokens,
             "layers": [layer.to_json() for layer in self.layers],
             "notes": list(self.notes),
+            "census": self.census.to_json() if self.census is not None else None,
+            "parameter_count": self.parameter_count,
         }
 
 
@@ -180,10 +188,18 @@ def _value_ops():
     return {aten.clone.default, aten.contiguous.default} | {op.default for op in private if op is not None}
 
 
-def _make_recorder(parameters_by_storage: dict, active_linears: list, calls: list, *, memo: bool = True):
+def _make_recorder(
+    parameters_by_storage: dict,
+    active_linears: list,
+    calls: list,
+    *,
+    memo: bool = True,
+    census: CensusTracer | None = None,
+):
     """A TorchDispatchMode that records every GEMM on a parameter (or a view or copy of one).
 
     `memo` answers repeated meta-kernel calls from a cache (see `__torch_dispatch__`); off only to test it.
+    `census`, when given, observes every op after it ran (`fp8advisor.census`).
     """
     import torch
 
@@ -213,8 +229,7 @@ def _make_recorder(parameters_by_storage: dict, active_linears: list, calls: lis
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             operands = gemm_ops.get(func)
-            if operands is not None:
-                self._record(func, args, operands)
+            on_parameter = operands is not None and self._record(func, args, operands)
             # Meta kernels of most ops are Python refs (~300 us each); a model repeats the same op on the same
             # shapes once per block. The output's metadata is a function of the inputs' metadata, so a cached
             # answer is exact.
@@ -230,17 +245,25 @@ def _make_recorder(parameters_by_storage: dict, active_linears: list, calls: lis
                         raise _TracingStopped(str(func.overloadpacket.__name__), error) from error
                     raise
                 if key is not None:
-                    described = _describe_output(out)
-                    if described is not None:
-                        outputs_by_inputs[key] = described
+                    if _shares_a_storage(out, (*args, *kwargs.values())):
+                        # An alias its schema does not declare (_unsafe_view): a fresh tensor from the cache
+                        # would cut it off from its input's storage, which the op census follows.
+                        cacheable[func] = False
+                    else:
+                        described = _describe_output(out)
+                        if described is not None:
+                            outputs_by_inputs[key] = described
             if func in value_ops and args and isinstance(args[0], torch.Tensor):
                 parameter = parameters_by_storage.get(_storage_key(args[0]))
                 if parameter is not None and isinstance(out, torch.Tensor):
                     parameters_by_storage[_storage_key(out)] = parameter
                     keep_alive.append(out)
+            if census is not None:
+                census.observe(func, args, kwargs, out, on_parameter)
             return out
 
-        def _record(self, func, args, operands):
+        def _record(self, func, args, operands) -> bool:
+            """Record a GEMM on a parameter; False when it multiplies no parameter."""
             a, b = args[operands[0]], args[operands[1]]
             op = func.overloadpacket.__name__
             parameter = parameters_by_storage.get(_storage_key(b))
@@ -250,12 +273,13 @@ def _make_recorder(parameters_by_storage: dict, active_linears: list, calls: lis
             else:
                 parameter = parameters_by_storage.get(_storage_key(a))
                 if parameter is None:
-                    return  # activations times activations (attention scores): no layer to convert
+                    return False  # activations times activations (attention scores): no layer to convert
                 # W @ x: the output's columns play the part of rows
                 K, N = a.shape[-1], a.shape[-2]
                 M = b.numel() // b.shape[-2] if b.shape[-2] else 0
             inside = active_linears[-1] if active_linears else None
             calls.append(_GemmCall(parameter, op, int(M), int(K), int(N), inside))
+            return True
 
     return GemmRecorder()
 
@@ -298,6 +322,22 @@ def _metadata_key(func, args, kwargs, meta) -> tuple | None:
         if not add(kwargs[name]):
             return None
     return tuple(parts)
+
+
+def _shares_a_storage(out, args) -> bool:
+    """Whether a tensor of `out` lives in the storage of a tensor argument (lists of tensors included)."""
+    import torch
+
+    outputs = out if isinstance(out, (tuple, list)) else (out,)
+    output_keys = {_storage_key(o) for o in outputs if isinstance(o, torch.Tensor)}
+    output_keys.discard(None)
+    if not output_keys:
+        return False
+    for arg in args:
+        for tensor in arg if isinstance(arg, (tuple, list)) else (arg,):
+            if isinstance(tensor, torch.Tensor) and _storage_key(tensor) in output_keys:
+                return True
+    return False
 
 
 def _describe_output(out):
@@ -368,14 +408,15 @@ def _stop_location(error: BaseException, source_file) -> str | None:
     return None
 
 
-def _run_forward(loaded, inputs, parameters_by_storage: dict, linears: list, debug: bool):
+def _run_forward(loaded, inputs, parameters_by_storage: dict, linears: list, debug: bool, tokens: int):
     """One forward under the recorder and Linear hooks.
 
     Returns (GEMM calls, calls per Linear, input rows per Linear, (what, where) if tracing stopped part-way
-    else None). Raises when the forward fails before anything ran.
+    else None, the op census at `tokens`). Raises when the forward fails before anything ran.
     """
     import torch
 
+    from fp8advisor.census import CensusTracer
     from fp8advisor.errors import CompatError, ModelInputsError, TargetError
     from fp8advisor.target import describe_error, redirect_devices, running_user_code
 
@@ -402,7 +443,9 @@ def _run_forward(loaded, inputs, parameters_by_storage: dict, linears: list, deb
         handles.append(module.register_forward_pre_hook(before))
         handles.append(module.register_forward_hook(after))
     stopped: tuple[str, str | None] | None = None  # (what, where)
-    recorder = _make_recorder(parameters_by_storage, active, calls)
+    census = CensusTracer(parameters_by_storage, _gemm_ops())
+    recorder = _make_recorder(parameters_by_storage, active, calls, census=census)
+    output = None
     # Training mode: float8 conversion is for training, and eval mode sends nn.MultiheadAttention down a fused
     # fast path that multiplies its weights inside one op, out of the recorder's sight.
     model.train()
@@ -411,9 +454,10 @@ def _run_forward(loaded, inputs, parameters_by_storage: dict, linears: list, deb
             running_user_code(loaded.source_file, f"running the forward on {inputs.how}"),
             torch.no_grad(),
             redirect_devices(loaded.device),
+            census.attention_mode(),
             recorder,
         ):
-            model(*inputs.args, **inputs.kwargs)
+            output = model(*inputs.args, **inputs.kwargs)
     except _TracingStopped as error:
         what = _DATA_DEPENDENT_WORDS.get(error.op, f"data-dependent aten.{error.op}")
         stopped = (what, _stop_location(error, loaded.source_file))
@@ -452,7 +496,8 @@ def _run_forward(loaded, inputs, parameters_by_storage: dict, linears: list, deb
         for handle in handles:
             handle.remove()
 
-    return calls, module_calls, module_rows, stopped
+    what = None if stopped is None else f"{stopped[0]} at {stopped[1] or 'an unknown place'}"
+    return calls, module_calls, module_rows, stopped, census.finish(output, tokens=tokens, stopped=what)
 
 
 #: The most tokens per step (batch x seq) `layers` accepts: far beyond any GPU step, and far inside int64
@@ -523,7 +568,7 @@ def inspect_loaded(loaded, *, batch: int = 1, seq: int = 8192, debug: bool = Fal
     inputs = loaded.example_inputs(batch, seq)
     notes.append(f"inputs: {inputs.how}")
 
-    traced = _run_forward(loaded, inputs, parameters_by_storage, [m for _, m in linears], debug)
+    traced = _run_forward(loaded, inputs, parameters_by_storage, [m for _, m in linears], debug, batch * seq)
     if traced[3] is not None and "attention_mask" in inputs.kwargs:
         # transformers asks data-dependent questions of an explicit mask in some models (bidirectional
         # encoders) and of the positions without one in others (causal decoders): try the other way too.
@@ -534,10 +579,17 @@ def inspect_loaded(loaded, *, batch: int = 1, seq: int = 8192, debug: bool = Fal
             parameters_by_storage,
             [m for _, m in linears],
             debug,
+            batch * seq,
         )
         if retry[3] is None or len(retry[0]) > len(traced[0]):
             traced = retry
-    calls, module_calls, module_rows, stopped = traced
+    calls, module_calls, module_rows, stopped, census = traced
+    if census.matmuls and spec.kind == "hf_config":
+        eager = (
+            "the Hugging Face model was built with eager attention (see fp8advisor.target): its attention is "
+            "counted as matmuls and memory regions, where training with sdpa runs one fused kernel"
+        )
+        census = replace(census, notes=(*census.notes, eager))
     layers = _build_layers(model, modules, owners, calls, module_calls, module_rows, stopped, batch * seq)
     if stopped is not None:
         what, where = stopped
@@ -551,7 +603,15 @@ def inspect_loaded(loaded, *, batch: int = 1, seq: int = 8192, debug: bool = Fal
             f"{target_text} has no nn.Linear and its forward multiplies no parameter",
             hint="fp8advisor advises on nn.Linear layers; point it at a model that has some",
         )
-    return ModelLayers(target=target_text, batch=batch, seq=seq, layers=tuple(layers), notes=tuple(notes))
+    return ModelLayers(
+        target=target_text,
+        batch=batch,
+        seq=seq,
+        layers=tuple(layers),
+        notes=tuple(notes),
+        census=census,
+        parameter_count=sum(parameter.numel() for parameter in model.parameters()),
+    )
 
 
 def _build_layers(

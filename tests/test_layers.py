@@ -342,9 +342,12 @@ def _trace_forward(model, tokens, memo: bool):
     class Watch(TorchDispatchMode):  # above the recorder: sees every output, cached or not
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
+            inputs = {_storage_key(a) for a in args if isinstance(a, torch.Tensor)}
             for tensor in out if isinstance(out, (tuple, list)) else (out,):
                 if isinstance(tensor, torch.Tensor):
-                    outputs.append((str(func), tuple(tensor.shape), tensor.stride(), tensor.dtype))
+                    # whether it aliases an input matters to the op census (an _unsafe_view is the input)
+                    aliases = _storage_key(tensor) in inputs
+                    outputs.append((str(func), tuple(tensor.shape), tensor.stride(), tensor.dtype, aliases))
             return out
 
     with torch.no_grad(), _make_recorder(parameters, [], calls, memo=memo), Watch():
@@ -353,8 +356,8 @@ def _trace_forward(model, tokens, memo: bool):
 
 
 def test_the_meta_kernel_memo_is_exact():
-    # The memo answers repeated ops from a cache; the outputs' shapes, strides and dtypes and the recorded
-    # GEMMs must be exactly those of running every meta kernel.
+    # The memo answers repeated ops from a cache; the outputs' shapes, strides, dtypes and storage sharing and
+    # the recorded GEMMs must be exactly those of running every meta kernel.
     import torch
 
     from fp8advisor.target import load_model

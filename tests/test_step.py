@@ -127,6 +127,8 @@ def test_loss_reads_and_writes_the_logits():
         tokens=64, attention=(), matmuls=(), regions=(), output_shape=(2, 32, 100), complete=True
     )
     assert _step(census).term("loss").seconds == pytest.approx(6 * 6400 / GIGA)
+    scaled = predict_step("s", "s", _model(census), LAYERS, (), GPU, ONE_GPU, NO_CALIBRATION, token_scale=2)
+    assert scaled.term("loss").seconds == pytest.approx(2 * 6 * 6400 / GIGA)
 
 
 def test_optimizer_moves_seven_tensors_of_the_shard_once_per_accumulation():

@@ -330,8 +330,10 @@ def _print_step(step, advice: Advice) -> None:
         soft_wrap=True,
     )
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for name in ("strategy", "layers in float8", "step", "tokens/s per GPU", "step speedup"):
-        table.add_column(name, justify="left" if name == "strategy" else "right", no_wrap=True)
+    for name in ("strategy", "float8 layers", "step", "tokens/s/GPU", "speedup"):
+        table.add_column(
+            name, justify="left" if name == "strategy" else "right", no_wrap=True, min_width=len(name)
+        )
     for prediction in step.predictions:
         speedup = "-" if prediction.name == "bf16" else f"{step.speedup(prediction.name):.3f}x"
         table.add_row(
