@@ -178,11 +178,12 @@ def _step_config(world_size: int, ac: str, grad_accum: int, float8_all_gather: b
 
 
 def _step_report(advice: Advice, model_layers, choice, gpu: str | None, config):
-    """The step model for the advice, or None with tensor parallelism (not modelled)."""
+    """The step model for the advice, or None with tensor parallelism (not modelled) or without an op census
+    (a model inspected by other means)."""
     from fp8advisor.predict import roofline_specs_for
     from fp8advisor.step import StepGpu, step_report
 
-    if advice.tensor_parallel > 1:
+    if advice.tensor_parallel > 1 or getattr(model_layers, "census", None) is None:
         return None
     if config.float8_all_gather and advice.recipe is not Recipe.TENSORWISE:
         config = replace(config, float8_all_gather=False)  # auto chose another recipe: nothing to gather
