@@ -542,7 +542,7 @@ def plan_step(advice, model_layers, profile_choice):
 def prediction_record(advice, seq: int, settings: Settings, step=None) -> dict:
     """What fp8advisor predicted for one token count and recipe (JSON); `step`: its step model report."""
     from fp8advisor.advise import group_layers
-    from fp8advisor.profile import PROVENANCE_RANK
+    from fp8advisor.profile import weakest_provenance
 
     timed = [layer for layer in advice.layers if layer.counts_in_linear_time]
     strategies = {}
@@ -572,10 +572,7 @@ def prediction_record(advice, seq: int, settings: Settings, step=None) -> dict:
         "advised_fqns": list(advice.convert_fqns),
         "module_filter_fqns": list(advice.module_filter_fqns),
         # the weakest evidence behind the layer figures: the roofline answers for a recipe the profile lacks
-        "figure_provenance": max(
-            {layer.provenance for layer in timed if layer.provenance} or {"none"},
-            key=lambda provenance: PROVENANCE_RANK.get(provenance, 9),
-        ),
+        "figure_provenance": weakest_provenance(layer.provenance for layer in timed if layer.provenance),
         "predicted_bf16_linear_time_s": sum(layer.bf16_time_s for layer in timed),
         "strategies": strategies,
         # one row per layer kind (`layers.{0..17}.feed_forward.w1`): what each strategy's figure is made of

@@ -24,7 +24,7 @@ from fp8advisor import compat
 from fp8advisor.device import MIN_FP8_CAPABILITY
 from fp8advisor.filters import FilterList, Framework, dims_divisible_by_16, shortest_exact_filter
 from fp8advisor.layers import Folded, GemmLayer, LayerStatus, ModelLayers, fold_repeated
-from fp8advisor.profile import PROVENANCE_RANK
+from fp8advisor.profile import PROVENANCE_RANK, weakest_provenance
 from fp8advisor.recipes import ALL_RECIPES, Recipe, parse_recipe
 
 #: The default `min_speedup`: layers predicted to gain less than 1% stay in bf16. The published table is
@@ -268,10 +268,10 @@ def _predict_layer(
             provenances.add(times.speedup.provenance)
             hows.add(times.speedup.how)
             bf16_provenances.add(getattr(times, "bf16_provenance", None) or times.speedup.provenance)
-        provenance = _weakest(provenances)
+        provenance = weakest_provenance(provenances)
         how = max(hows, key=lambda h: _HOW_RANK.get(h, 9))
         if worst is None or bf16 / float8 < worst[0] / worst[1]:
-            worst = (bf16, float8, provenance, how, _weakest(bf16_provenances))
+            worst = (bf16, float8, provenance, how, weakest_provenance(bf16_provenances))
     assert worst is not None
     return worst
 
@@ -348,10 +348,6 @@ def predicted_linear_speedup(
         layer.float8_time_s if layer.fqn in converted else layer.bf16_time_s for layer in timed
     )
     return bf16_total / strategy_total
-
-
-def _weakest(provenances: set[str]) -> str:
-    return max(provenances, key=lambda p: PROVENANCE_RANK.get(p, 9)) if provenances else "none"
 
 
 # --- torchao's own auto filter ------------------------------------------------------------------------------
@@ -441,7 +437,7 @@ def _choose_recipe(
             continue
         total = sum(layer.float8_time_s if layer.convert else layer.bf16_time_s for layer in timed)
         bf16_total = sum(layer.bf16_time_s for layer in timed)
-        provenance = _weakest({layer.provenance for layer in timed if layer.provenance})
+        provenance = weakest_provenance({layer.provenance for layer in timed if layer.provenance})
         converted = sum(1 for layer in decided if layer.convert)
         options.append(RecipeOption(recipe, provenance, total, bf16_total / total, converted))
     if not options:

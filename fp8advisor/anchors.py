@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fp8advisor.errors import ProfileError
@@ -137,7 +137,7 @@ def predict_anchor(anchor: Anchor, calibration: Calibration, model_layers=None) 
             for layer in layers
             if layer.counts_in_linear_time and not any(entry in layer.fqn for entry in anchor.keep_bf16)
         ]
-        config = StepConfig(**{**vars(anchor.config), "float8_all_gather": result.float8_all_gather})
+        config = replace(anchor.config, float8_all_gather=result.float8_all_gather)
         step = predict_step(
             result.recipe.value,
             result.recipe.value,

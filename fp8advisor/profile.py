@@ -31,6 +31,14 @@ PROVENANCES = ("measured", "published", "modelled", "emulated")
 #: and the provenance within which `advise` compares recipes' figures.
 PROVENANCE_RANK = {provenance: rank for rank, provenance in enumerate(PROVENANCES)}
 
+
+def weakest_provenance(provenances, empty: str = "none") -> str:
+    """The weakest evidence among `provenances` (an unknown one counts as weakest); `empty` when there is
+    none: what a figure made of several others can claim."""
+    found = set(provenances)
+    return max(found, key=lambda p: PROVENANCE_RANK.get(p, 9)) if found else empty
+
+
 #: Environment variable naming the directory of the user's own profiles (default:
 #: ~/.cache/fp8advisor/profiles).
 PROFILE_DIR_ENV = "FP8ADVISOR_PROFILE_DIR"
@@ -600,6 +608,7 @@ __all__ = [
     "PROFILE_DIR_ENV",
     "PROVENANCES",
     "PROVENANCE_RANK",
+    "weakest_provenance",
     "SCHEMA",
     "DeviceInfo",
     "FitError",

@@ -262,11 +262,10 @@ def _in_blocks(fqn: str) -> bool:
     return any(part.isdigit() for part in fqn.split("."))
 
 
-def _weakest(provenances: Iterable[str]) -> str:
-    from fp8advisor.profile import PROVENANCE_RANK
+def _weakest_or_modelled(provenances: Iterable[str]) -> str:
+    from fp8advisor.profile import weakest_provenance
 
-    found = set(provenances)
-    return max(found, key=lambda p: PROVENANCE_RANK.get(p, 9)) if found else MODELLED
+    return weakest_provenance(provenances, empty=MODELLED)
 
 
 @dataclass(frozen=True)
@@ -300,7 +299,8 @@ def _compute_parts(census, parameters: int, gpu: StepGpu, config: StepConfig, to
 
     matmul_forward = 0.0
     for call in census.matmuls:
-        # `batch` independent GEMMs: one GEMM of batch x M rows has the same FLOPs and activation bytes
+        # `batch` GEMMs priced as one of batch x M rows: the same FLOPs and rows, but the K x N operand
+        # counted once (a batched GEMM reads one per batch): an undercount of bytes where it is memory-bound
         rows = max(1, round(call.batch * call.M * token_scale))
         matmul_forward += call.count * gemm_time_s(rows, call.K, call.N, "bf16", specs)
     matmul = 3 * matmul_forward  # forward, and the two GEMMs of its backward
@@ -407,23 +407,23 @@ def predict_step(
         return seconds / efficiency
 
     in_step = f"; / in-step efficiency {efficiency:.3g} ({calibration.fitted_to})"
-    linear_provenance = _weakest(p for layer in timed for p in (layer.provenance, layer.bf16_provenance) if p)
+    linear_provenance = _weakest_or_modelled(
+        p for layer in timed for p in (layer.provenance, layer.bf16_provenance) if p
+    )
     terms = [
         Term(
             "linear_float8",
             scaled(sum(layer.float8_time_s for layer in in_float8)),
-            _weakest(p for layer in in_float8 for p in (layer.provenance, layer.bf16_provenance) if p)
-            if in_float8
-            else MODELLED,
+            _weakest_or_modelled(
+                p for layer in in_float8 for p in (layer.provenance, layer.bf16_provenance) if p
+            ),
             f"{len(in_float8)} Linear layer(s) in float8: the profile's bf16 time / predicted speedup"
             + in_step,
         ),
         Term(
             "linear_bf16",
             scaled(sum(layer.bf16_time_s for layer in in_bf16)),
-            _weakest(layer.bf16_provenance for layer in in_bf16 if layer.bf16_provenance)
-            if in_bf16
-            else MODELLED,
+            _weakest_or_modelled(layer.bf16_provenance for layer in in_bf16 if layer.bf16_provenance),
             f"{len(in_bf16)} Linear layer(s) in bf16: the profile's bf16 forward+backward time" + in_step,
         ),
         Term("attention", scaled(parts.attention_s), MODELLED, parts.basis["attention"] + in_step),
@@ -458,7 +458,11 @@ def predict_step(
         )
     )
     tokens = max(1, round(model_layers.tokens * token_scale))
-    speedups = _weakest(layer.provenance for layer in in_float8 if layer.provenance) if in_float8 else None
+    speedups = (
+        _weakest_or_modelled(layer.provenance for layer in in_float8 if layer.provenance)
+        if in_float8
+        else None
+    )
     return StepPrediction(name, label, len(in_float8), tokens, tuple(terms), communication, speedups)
 
 
@@ -577,10 +581,6 @@ class StepReport:
         }
 
 
-def _memoized(predictor: Callable) -> Callable:
-    return functools.lru_cache(maxsize=None)(predictor)
-
-
 def step_report(
     advice,
     model_layers,
@@ -622,7 +622,7 @@ def step_report(
 
     break_even = None
     if break_even_target is not None:
-        layer_predictor = _memoized(predictor or default_predictor(profile_choice))
+        layer_predictor = functools.lru_cache(maxsize=None)(predictor or default_predictor(profile_choice))
 
         def speedup_at(tokens: int) -> float:
             scaled = scale_layers(model_layers, tokens)
