@@ -316,14 +316,22 @@ class CensusTracer:
 
         An op the census cannot read (a bug of ours on an op nobody foresaw) ends the census, not the trace:
         the layer table is what `layers` is for. The census then says where it gave up."""
-        if self._inside_attention or self._gave_up is not None:
-            return  # inside attention: the math path of what the GPU runs as one kernel
+        if self._inside_attention:
+            return  # the math path of what the GPU runs as one kernel
+        self._safely(func, self._observe, func, args, kwargs, out, on_parameter)
+
+    def _safely(self, where, action, *args) -> None:
+        """`action(*args)`, unless the census gave up already; an error in it makes the census give up at
+        `where` (an aten op, or a name)."""
+        if self._gave_up is not None:
+            return
         try:
-            self._observe(func, args, kwargs, out, on_parameter)
+            action(*args)
         except CompatError:
             raise  # a torch name of ours moved: every trace would fail here
         except Exception as error:
-            self._gave_up = f"aten.{func.overloadpacket.__name__} ({type(error).__name__}: {error})"
+            what = where if isinstance(where, str) else f"aten.{where.overloadpacket.__name__}"
+            self._gave_up = f"{what} ({type(error).__name__}: {error})"
 
     def _observe(self, func, args, kwargs, out, on_parameter: bool) -> None:
         kind = self._kinds.get(func)
@@ -369,7 +377,7 @@ class CensusTracer:
                         out = _fused_layout(out, args[0] if args else kwargs["query"])
                 finally:
                     tracer._inside_attention -= 1
-                tracer._attention_call(args, kwargs, out)
+                tracer._safely("F.scaled_dot_product_attention", tracer._attention_call, args, kwargs, out)
                 return out
 
         return AttentionMode()

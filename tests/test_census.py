@@ -468,3 +468,30 @@ def test_an_op_the_census_cannot_read_ends_the_census_not_the_trace(tmp_path, mo
     assert census.regions == (
         MemoryRegion(activation_bytes=2 * 8 * 16 * BF16 * 2, parameter_bytes=16 * BF16, ops=6),
     )
+
+
+def test_an_attention_call_the_census_cannot_read_ends_the_census_not_the_trace(tmp_path, monkeypatch):
+    import fp8advisor.census
+
+    def failing(*args):
+        raise ValueError("a layout nobody foresaw")
+
+    monkeypatch.setattr(fp8advisor.census.CensusTracer, "_attention_call", failing)
+    body = (
+        ATTENTION
+        + """
+    def build_model():
+        return Attention()
+
+    def example_inputs(batch, seq):
+        return (torch.randn(batch, seq, 64),)
+    """
+    )
+    inspected = inspect_model(str(write_model(tmp_path, body)), batch=2, seq=32)
+    assert [layer.fqn for layer in inspected.layers] == ["wq", "wk", "wv", "wo"]  # traced on past sdpa
+    census = inspected.census
+    assert not census.complete and census.attention == ()
+    assert census.notes == (
+        "the census gave up at F.scaled_dot_product_attention (ValueError: a layout nobody foresaw): "
+        "it covers the ops before it",
+    )
