@@ -16,8 +16,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from fp8advisor import compat
@@ -67,6 +67,7 @@ class LayerAdvice:
     how: str | None = None  # interpolated / extrapolated / modelled
     bf16_provenance: str | None = None  # of the bf16 time: measured kernel times, or the roofline (modelled)
     aliases: tuple[str, ...] = ()  # other names of the same module (GemmLayer.aliases)
+    decided_by: str = "profile"  # or "measured in context" (fp8advisor.measured)
 
     @property
     def counts_in_linear_time(self) -> bool:
@@ -86,6 +87,7 @@ class LayerAdvice:
             "calls": self.calls,
             "provenance": self.provenance,
             "how": self.how,
+            "decided_by": self.decided_by,
         }
 
 
@@ -149,6 +151,9 @@ class Advice:
     recipe_options: tuple[RecipeOption, ...] = ()
     notes: tuple[str, ...] = field(default=())
     prediction_error: Any = None  # the profile's held-out error for this recipe (profile.FitError), if known
+    in_context: Any = None  # the in-context results that decided some layers (measured.InContext), if any
+    #: The decisions the profile alone would have made for the layers decided in context: FQN -> convert.
+    profile_decisions: Mapping[str, bool] = field(default_factory=dict)
 
     @property
     def convert_fqns(self) -> tuple[str, ...]:
@@ -223,8 +228,43 @@ class Advice:
                 "weights": "predicted bf16 forward+backward time of each layer (see each layer's provenance)",
             },
             "prediction_error": self.prediction_error.to_json() if self.prediction_error else None,
+            "in_context": self._in_context_json(),
             "warnings": list(self.warnings),
             "notes": list(self.notes),
+        }
+
+    def _in_context_json(self) -> dict | None:
+        if self.in_context is None:
+            return None
+        return {
+            "source": str(self.in_context.source),
+            "automatic": self.in_context.automatic,
+            "decided": sorted(self.profile_decisions),
+            "profile_would_convert": sorted(
+                fqn for fqn, convert in self.profile_decisions.items() if convert
+            ),
+            "blocks": [
+                {
+                    "block": choice.pattern,
+                    "recipe": choice.recipe,
+                    "device": choice.device,
+                    "float8": sorted(choice.float8),
+                    "time_s": choice.time.median,
+                    "bf16_time_s": choice.bf16_time.median,
+                    "profile_advice_float8": None
+                    if choice.advice_float8 is None
+                    else sorted(choice.advice_float8),
+                    "profile_advice_time_s": None
+                    if choice.advice_time is None
+                    else choice.advice_time.median,
+                }
+                for choice in self.in_context.choices
+            ],
+            "fallback_to_profile": sorted(
+                layer.fqn
+                for layer in self.layers
+                if layer.counts_in_linear_time and layer.fqn not in self.profile_decisions
+            ),
         }
 
 
@@ -473,6 +513,7 @@ def advise(
     framework: Framework | str = Framework.TORCHTITAN,
     predictor: Predictor | None = None,
     auto_recipes: Sequence[Recipe] = ALL_RECIPES,
+    in_context: Callable[[Recipe], Any] | None = None,
 ) -> Advice:
     """Decide, layer by layer, whether float8 pays, and build the filter list that realises the decision.
 
@@ -480,7 +521,8 @@ def advise(
     `device_capability`: the GPU's compute capability for the sm_89 warning ("detect": CUDA device 0; None: no
     GPU). `framework`: the substring framework the filter list is simulated under (all three follow the same
     rule). `predictor`: replaces the profile's predictions (tests). `auto_recipes`: the recipes "auto" may
-    pick (torchtitan 0.3 has no tensorwise).
+    pick (torchtitan 0.3 has no tensorwise). `in_context(recipe)`: the in-context results for the chosen
+    recipe (`fp8advisor.measured.InContext`) or None; the layers they decide are decided by them.
     """
     if not (min_speedup > 0 and math.isfinite(min_speedup)):
         from fp8advisor.errors import AdvisorError
@@ -506,6 +548,10 @@ def advise(
         chosen, recipe_reason, options = parse_recipe(str(recipe)), "requested with --recipe", ()
 
     decided = decide_layers(model_layers.layers, chosen, predictor, min_speedup, tensor_parallel)
+    measured = in_context(chosen) if in_context is not None else None
+    profile_decisions: dict[str, bool] = {}
+    if measured is not None:
+        decided, profile_decisions = _decide_in_context(decided, measured)
     advised = {layer.fqn for layer in decided if layer.convert}
     filter_list = shortest_exact_filter(model_layers.layers, advised, framework)
 
@@ -566,7 +612,35 @@ def advise(
         recipe_options=options,
         notes=tuple(model_layers.notes),
         prediction_error=_fit_error(profile_choice, chosen),
+        in_context=measured,
+        profile_decisions=profile_decisions,
     )
+
+
+def _decide_in_context(decided: list[LayerAdvice], measured) -> tuple[list[LayerAdvice], dict[str, bool]]:
+    """`decided` with the layers the in-context results decide replaced by their decision, and what the
+    profile had decided for those layers."""
+    from fp8advisor.measured import MEASURED_IN_CONTEXT
+
+    convertible = {
+        layer.fqn
+        for layer in decided
+        if layer.counts_in_linear_time and dims_divisible_by_16(layer.K, layer.N)
+    }
+    decisions = measured.decisions(convertible)
+    profile = {layer.fqn: layer.convert for layer in decided if layer.fqn in decisions}
+    replaced = [
+        replace(
+            layer,
+            convert=decisions[layer.fqn][0],
+            reason=decisions[layer.fqn][1],
+            decided_by=MEASURED_IN_CONTEXT,
+        )
+        if layer.fqn in decisions
+        else layer
+        for layer in decided
+    ]
+    return replaced, profile
 
 
 def _torchao_strategy(

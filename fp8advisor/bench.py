@@ -300,21 +300,30 @@ def point_record(
         "K": point.K,
         "N": point.N,
         "recipe": point.recipe,
+        **measurement_fields(measurement, failure),
+        "gemm_only_speedup": m.gemm_only_speedup if m else None,
+        "cast_overhead_s": m.cast_overhead_s if m else None,
+        "breakdown_error": m.breakdown_error if m else None,
+        "precompiled": precompiled,
+        "duration_s": duration_s,
+        "measured_at": results_store.utc_now(),
+        "emulated": emulated,
+    }
+
+
+def measurement_fields(measurement: Measurement | None, failure: str | None) -> dict:
+    """The fields every measured record carries (grid points and in-context blocks alike): the status and
+    reason, the times, peak memory, SQNR, the compile record and the profiler's bookkeeping."""
+    m = measurement
+    return {
         "status": "failed" if failure is not None else "ok",
         "reason": failure,
         "kernel_time_s": m.kernel_time_s if m else None,
         "wall_time_s": m.wall_time_s if m else None,
         "peak_memory_bytes": m.peak_memory_bytes if m else None,
         "sqnr_db": m.sqnr_db if m else None,
-        "gemm_only_speedup": m.gemm_only_speedup if m else None,
-        "cast_overhead_s": m.cast_overhead_s if m else None,
-        "breakdown_error": m.breakdown_error if m else None,
         "compile": m.compile.to_json() if m and m.compile else None,
         "profiler": m.profile.to_json() if m and m.profile else None,
-        "precompiled": precompiled,
-        "duration_s": duration_s,
-        "measured_at": results_store.utc_now(),
-        "emulated": emulated,
     }
 
 
@@ -801,6 +810,7 @@ __all__ = [
     "SweepInterrupted",
     "SweepSummary",
     "make_grid",
+    "measurement_fields",
     "point_record",
     "precompile_point",
     "run_sweep",

@@ -56,14 +56,21 @@ class Request:
     profile: str | None = None  # as typed with --profile; None = chosen automatically
     min_speedup: float = DEFAULT_MIN_SPEEDUP
     tensor_parallel: int = 1
+    measured: str | None = None  # as typed with --measured; None = found automatically, or none
 
     def command(
-        self, fmt: ConfigFormat, output: str | None = None, *, chosen_profile: str | None = None
+        self,
+        fmt: ConfigFormat,
+        output: str | None = None,
+        *,
+        chosen_profile: str | None = None,
+        chosen_measured: str | None = None,
     ) -> str:
         """The `fp8advisor suggest` command line that regenerates the file (`--check FILE` verifies it).
 
         `chosen_profile` pins the profile that was chosen automatically, so that CI on another machine
-        (another GPU, or none) predicts with the same figures.
+        (another GPU, or none) predicts with the same figures; `chosen_measured` likewise the in-context
+        results found in the profile directory (CI needs them too: commit them, or the check says stale).
         """
         words = [
             "fp8advisor",
@@ -82,6 +89,9 @@ class Request:
             words += ["--min-speedup", f"{self.min_speedup:g}"]
         if self.tensor_parallel != 1:
             words += ["--tp", str(self.tensor_parallel)]
+        measured = self.measured if self.measured is not None else chosen_measured
+        if measured is not None:
+            words += ["--measured", _shell_word(measured)]
         words += ["--format", fmt.value]
         if output is not None:
             words += ["-o", _shell_word(output)]
@@ -118,9 +128,20 @@ def header_lines(advice: Advice, request: Request, fmt: ConfigFormat) -> list[st
         f"recipe: {recipe}  profile: {profile} ({advice.profile_provenance})  "
         f"min speedup: {advice.min_speedup:g}",
         what,
-        f"check in CI: {request.command(fmt, chosen_profile=advice.profile_name)} --check <this file>",
     ]
+    if advice.in_context is not None:
+        lines.append(
+            f"decided in context: {len(advice.profile_decisions)} layers, from {advice.in_context.source}"
+        )
+    pinned = pinned_command(request, advice, fmt)
+    lines.append(f"check in CI: {pinned} --check <this file>")
     return lines
+
+
+def pinned_command(request: Request, advice: Advice, fmt: ConfigFormat, output: str | None = None) -> str:
+    """`request.command` with what was chosen automatically (the profile, in-context results) pinned."""
+    source = None if advice.in_context is None else str(advice.in_context.source)
+    return request.command(fmt, output, chosen_profile=advice.profile_name, chosen_measured=source)
 
 
 def _comment(lines: list[str]) -> str:
@@ -375,6 +396,7 @@ def check(path: str | Path, expected_text: str, current: str | None = None) -> t
 __all__ = [
     "ConfigFormat",
     "Request",
+    "pinned_command",
     "check",
     "header_lines",
     "parse_format",

@@ -211,7 +211,14 @@ def load_measurements(paths: Sequence[str | Path]) -> list[Measurements]:
         (tables if path.suffix.lower() == ".csv" else results).append(path)
     measurements = [read_speedup_table(path) for path in tables]
     if results:
-        measurements += measurements_from_runs(load_results(results))
+        runs = load_results(results)
+        grid_runs = [run for run in runs if not run.in_context]
+        if runs and not grid_runs:
+            raise ResultsError(
+                f"{runs[0].path} holds in-context block results (bench --model), not a grid to fit",
+                hint="`fp8advisor suggest MODEL --measured DIR` reads them; fit reads bench grids",
+            )
+        measurements += measurements_from_runs(grid_runs)
     return measurements
 
 

@@ -116,6 +116,14 @@ class Run:
     points: list[dict]
     path: Path
     problems: tuple[str, ...] = ()
+    #: In-context runs (`bench --model`, header "context": "block"): each variant of a block measured, and
+    #: each block's chosen float8 set per recipe (`fp8advisor.block_bench`). Empty in a grid run.
+    blocks: tuple[dict, ...] = ()
+    choices: tuple[dict, ...] = ()
+
+    @property
+    def in_context(self) -> bool:
+        return self.header.get("context") == "block"
 
     @property
     def run_id(self) -> str:
@@ -169,6 +177,35 @@ def point_problem(record: dict) -> str | None:
     if kernel is None and median is None:
         return "an ok point with neither kernel_time_s nor wall_time_s.median"
     return None
+
+
+def _wall_problem(record: dict, key: str = "wall_time_s") -> str | None:
+    wall = record.get(key)
+    if not isinstance(wall, dict) or not all(_is_time(wall.get(q)) for q in ("median", "p20", "p80")):
+        return f"{key} is {quote(wall)}, not an object with positive median, p20 and p80"
+    return None
+
+
+def block_problem(record: dict) -> str | None:
+    """Why an in-context variant record (`"kind": "block"`) cannot be used, or None when it can."""
+    if not isinstance(record.get("block"), str) or not isinstance(record.get("recipe"), str):
+        return "a block record without a block pattern or recipe"
+    if not isinstance(record.get("float8"), list) or not all(isinstance(n, str) for n in record["float8"]):
+        return f"float8 is {quote(record.get('float8'))}, not a list of layer names"
+    status = record.get("status")
+    if status not in ("ok", "failed"):
+        return f"status is {quote(status)}, not 'ok' or 'failed'"
+    return None if status == "failed" else _wall_problem(record)
+
+
+def choice_problem(record: dict) -> str | None:
+    """Why a block's chosen-set record (`"kind": "block_choice"`) cannot be used, or None when it can."""
+    if not isinstance(record.get("block"), str) or not isinstance(record.get("recipe"), str):
+        return "a block choice without a block pattern or recipe"
+    for key in ("float8", "instances"):
+        if not isinstance(record.get(key), list) or not all(isinstance(n, str) for n in record[key]):
+            return f"{key} is {quote(record.get(key))}, not a list of names"
+    return _wall_problem(record) or _wall_problem(record, "bf16_wall_time_s")
 
 
 def _header_problem(header) -> str | None:
@@ -229,19 +266,28 @@ def read_run(path: Path) -> Run:
     problem = _header_problem(header)
     if problem is not None:
         raise ResultsError(f"{path} is not a usable results file: {problem}", location=f"{path}:1", hint=hint)
-    points = []
+    kept: dict[str, list[dict]] = {"point": [], "block": [], "block_choice": []}
+    checks = {"point": point_problem, "block": block_problem, "block_choice": choice_problem}
     for number, record in records[1:]:
         if not isinstance(record, dict):
             problems.append(f"{path}:{number}: not a JSON object")
             continue
-        if record.get("kind") != "point":
+        kind = record.get("kind")
+        if kind not in checks:
             continue
-        problem = point_problem(record)
+        problem = checks[kind](record)
         if problem is not None:
             problems.append(f"{path}:{number}: {problem}")
             continue
-        points.append(record)
-    return Run(header=header, points=points, path=path, problems=tuple(problems))
+        kept[kind].append(record)
+    return Run(
+        header=header,
+        points=kept["point"],
+        path=path,
+        problems=tuple(problems),
+        blocks=tuple(kept["block"]),
+        choices=tuple(kept["block_choice"]),
+    )
 
 
 def _json_reason(error: BaseException) -> str:
@@ -522,6 +568,8 @@ __all__ = [
     "done_keys",
     "encode_line",
     "grid_point_keys",
+    "block_problem",
+    "choice_problem",
     "load_results",
     "make_header",
     "new_run_id",

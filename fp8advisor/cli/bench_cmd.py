@@ -208,8 +208,11 @@ def bench(
         ),
     ] = None,
     out: Annotated[
-        Path, typer.Option("--out", help="Results directory; a sweep resumes what is already there.")
-    ] = DEFAULT_OUT,
+        Path | None,
+        typer.Option(
+            "--out", help=f"Results directory (default {DEFAULT_OUT}); a sweep resumes what is already there."
+        ),
+    ] = None,
     emulate: Annotated[
         bool,
         typer.Option("--emulate", help="Run on the CPU with emulated float8 (tiny grid, labelled emulated)."),
@@ -245,11 +248,65 @@ def bench(
         ),
     ] = None,
     png: Annotated[bool, typer.Option("--png/--no-png", help="Also write the heatmaps as a PNG.")] = True,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="Measure this model's own blocks in context instead of a grid: model.py[:factory(args)] or "
+            "a "
+            "HF config (results default to the profile directory's in-context/, where suggest finds them).",
+        ),
+    ] = None,
+    batch: Annotated[int, typer.Option("--batch", help="With --model: sequences per step on one GPU.")] = 1,
+    seq: Annotated[
+        int | None,
+        typer.Option("--seq", help="With --model: tokens per sequence (default 8192; 64 with --emulate)."),
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option("--profile", help="With --model: the profile whose advice seeds the search."),
+    ] = None,
 ) -> None:
     """Measure float8 against bf16 on this GPU over a grid of (M, K, N): torchao's LayerNorm-Linear-Sigmoid
-    block, forward + backward, under torch.compile. Results go to --out as JSON Lines; Ctrl-C stops cleanly,
-    --time-budget stops in time, and the same command resumes."""
+    block, forward + backward, under torch.compile. With --model, measure the model's own blocks instead.
+    Results go to --out as JSON Lines; Ctrl-C stops cleanly, --time-budget stops in time, and the same
+    command resumes."""
     started = time.monotonic()
+    if model is not None:
+        grid_options = {
+            "--grid": grid,
+            "--M": M,
+            "--K": K,
+            "--N": N,
+            "--shard": shard,
+            "--compile-workers": compile_workers is not None,
+        }
+        given = [name for name, value in grid_options.items() if value]
+        if given:
+            raise AdvisorError(
+                f"{', '.join(given)} describe a grid; --model measures the model's own blocks",
+                hint="leave them out with --model, or leave --model out for a grid",
+            )
+        from fp8advisor.cli.bench_model import bench_model
+
+        bench_model(
+            model,
+            batch=batch,
+            seq=seq if seq is not None else (64 if emulate else 8192),
+            recipes=_names(recipes),
+            out=out,
+            emulate=emulate,
+            time_budget=time_budget,
+            profile=profile,
+            started=started,
+        )
+        return
+    for name, value in {"--batch": batch != 1, "--seq": seq, "--profile": profile}.items():
+        if value:
+            raise AdvisorError(
+                f"{name} goes with --model", hint="e.g. fp8advisor bench --model model.py --seq 8192"
+            )
+    out = out if out is not None else DEFAULT_OUT
     from fp8advisor.bench import BenchSettings, SweepInterrupted, make_grid, run_sweep
     from fp8advisor.device import require_fp8_gpu
     from fp8advisor.files import check_output_directory

@@ -13,7 +13,16 @@ from rich.text import Text
 
 from fp8advisor.advise import AUTO, DEFAULT_MIN_SPEEDUP, Advice, advise, group_layers
 from fp8advisor.cli import command, console, err_console
-from fp8advisor.emit import ConfigFormat, Request, check, parse_format, read_committed, render, write
+from fp8advisor.emit import (
+    ConfigFormat,
+    Request,
+    check,
+    parse_format,
+    pinned_command,
+    read_committed,
+    render,
+    write,
+)
 from fp8advisor.errors import AdvisorError
 from fp8advisor.files import guard_output
 from fp8advisor.formats import FILE_FORMATS
@@ -86,6 +95,12 @@ def suggest(
     float8_all_gather: bool = typer.Option(
         False, "--float8-all-gather", help="FSDP all-gathers converted weights in float8 (tensorwise)."
     ),
+    measured: str | None = typer.Option(
+        None,
+        "--measured",
+        help="Decide the measured blocks from these in-context results (bench --model --out DIR); default: "
+        "the profile directory's in-context/ when it holds this model's, for this GPU and token count.",
+    ),
 ) -> None:
     """Decide layer by layer where float8 pays, and write the config that converts exactly those layers."""
     if recipe != AUTO:
@@ -113,9 +128,18 @@ def suggest(
     allowed = tuple(
         r for r in ALL_RECIPES if not (config_format is ConfigFormat.TORCHTITAN_PY and r is Recipe.TENSORWISE)
     )
+    # --check regenerates exactly as the file's own command says: in-context results only when it names them
+    automatic = measured is None and check_file is None
+    in_context = _in_context_reader(measured, automatic, model_layers, choice, gpu, tensor_parallel)
     with err_console.status("predicting ..."):
         advice = advise(
-            model_layers, choice, recipe, min_speedup, tensor_parallel=tensor_parallel, auto_recipes=allowed
+            model_layers,
+            choice,
+            recipe,
+            min_speedup,
+            tensor_parallel=tensor_parallel,
+            auto_recipes=allowed,
+            in_context=in_context,
         )
     step = None
     if check_file is None and (as_json or config_format is None or output is not None):
@@ -129,6 +153,7 @@ def suggest(
         profile=profile,
         min_speedup=min_speedup,
         tensor_parallel=tensor_parallel,
+        measured=measured,
     )
 
     if check_file is not None:
@@ -137,7 +162,7 @@ def suggest(
         if ok:
             err_console.print(f"{check_file} is up to date ({config_format.value}, {advice.proof_line()})")
             return
-        regenerate = request.command(config_format, check_file, chosen_profile=advice.profile_name)
+        regenerate = pinned_command(request, advice, config_format, check_file)
         print(diff, end="")  # plain print: no Rich markup, emoji or wrapping in a diff
         err_console.print(
             Text(f"{check_file} is stale: ", style="bold red") + Text(f"regenerate it with: {regenerate}")
@@ -148,6 +173,16 @@ def suggest(
     if output is not None:
         assert text is not None
         write(output, text)
+    if text is not None and advice.in_context is not None and advice.in_context.automatic:
+        err_console.print(
+            Text("note: ", style="yellow")
+            + Text(
+                f"in-context results found in {advice.in_context.source} decided "
+                f"{len(advice.profile_decisions)} layers; the config's check command names that directory "
+                "with --measured: for CI, commit a copy of it and give --measured its path"
+            ),
+            soft_wrap=True,
+        )
     if as_json:
         document = {**advice.to_json(), "step": None if step is None else step.to_json()}
         print(json.dumps(document, indent=2))  # plain print: Rich would wrap long strings
@@ -158,9 +193,42 @@ def suggest(
         _print_brief(advice)
         return
     _print_report(advice)
+    _print_in_context(advice)
     _print_step(step, advice)
     if output is not None:
         console.print(f"wrote {output} ({config_format.value})")
+
+
+def _in_context_reader(
+    measured: str | None, automatic: bool, model_layers, choice, gpu: str | None, tensor_parallel: int
+):
+    """`recipe -> InContext | None` for `advise`: the results of --measured DIR, or else (`automatic`) those
+    in the profile directory's in-context/ for this model, batch, seq and GPU type. None with tensor
+    parallelism (a block measured on one GPU is not a sharded one)."""
+    from fp8advisor.blocks import model_fingerprint
+    from fp8advisor.cli.bench_model import in_context_dir
+    from fp8advisor.measured import find_in_context
+    from fp8advisor.roofline import gpu_family
+
+    if tensor_parallel > 1:
+        if measured is not None:
+            raise AdvisorError(
+                "--measured does not go with --tp: the blocks were measured whole, on one GPU",
+                hint="leave out --measured (or --tp)",
+            )
+        return None
+    if measured is None and not automatic:
+        return None
+    directory = Path(measured) if measured is not None else in_context_dir()
+    family = gpu_family(gpu) if gpu is not None else choice.primary.family
+    fingerprint = model_fingerprint(model_layers)
+
+    def read(recipe: Recipe):
+        return find_in_context(
+            directory, fingerprint=fingerprint, family=family, recipe=recipe.value, automatic=measured is None
+        )
+
+    return read
 
 
 def _step_config(world_size: int, ac: str, grad_accum: int, float8_all_gather: bool, recipe: str):
@@ -198,6 +266,8 @@ def _speedup(value: float | None) -> str:
 def _short_reason(reason: str) -> str:
     """'predicted 1.35x >= 1.20' -> '(>= 1.20)': the speedup has its own column; other reasons to their first
     clause (the whole reason is in --json)."""
+    if reason.startswith("measured in context"):
+        return "(measured in context)"
     if reason.startswith("predicted ") and (" >= " in reason or " < " in reason):
         return f"({reason.split('x ', 1)[1]})"
     return f": {reason.split(': ', 1)[0]}"
@@ -304,6 +374,51 @@ def _print_report(advice: Advice) -> None:
         console.print(Text(f"conflict: {conflict.describe()}", style="yellow"), soft_wrap=True)
     for warning in advice.warnings:
         console.print(Text("warning: ", style="yellow") + Text(warning), soft_wrap=True)
+
+
+def _print_in_context(advice: Advice) -> None:
+    """The blocks decided by measurement, beside what the profile alone would have advised."""
+    found = advice.in_context
+    if found is None:
+        return
+    console.print(Text(found.describe(), style="bold"), soft_wrap=True)
+    for choice in found.choices:
+        line = (
+            f"  {choice.pattern} ({choice.recipe}, {len(choice.instances)} instance(s)): float8 "
+            f"{', '.join(name or choice.pattern for name in sorted(choice.float8)) or 'none'}; "
+            f"block {choice.time.median * 1e3:.3f} ms, bf16 {choice.bf16_time.median * 1e3:.3f} ms"
+        )
+        if choice.advice_time is not None and choice.advice_float8 is not None:
+            if choice.advice_float8 == choice.float8:
+                line += "; the profile advised the same set"
+            else:
+                difference = choice.advice_time.median / choice.time.median
+                line += (
+                    f"; the profile's advice ({len(choice.advice_float8)} in float8) measured "
+                    f"{choice.advice_time.median * 1e3:.3f} ms ({difference:.3f}x the chosen time)"
+                )
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
+    changed = sorted(
+        layer.fqn
+        for layer in advice.layers
+        if layer.fqn in advice.profile_decisions and advice.profile_decisions[layer.fqn] != layer.convert
+    )
+    console.print(
+        f"  {len(advice.profile_decisions)} layer(s) decided in context, {len(changed)} of them differently "
+        "from the profile" + (f" (e.g. {', '.join(changed[:3])})" if changed else ""),
+        soft_wrap=True,
+        markup=False,
+    )
+    fallback = [
+        layer for layer in advice.layers if layer.counts_in_linear_time and layer.decided_by == "profile"
+    ]
+    if fallback:
+        names = [group.pattern for group in group_layers(fallback)]
+        console.print(
+            f"  decided by the profile (outside the measured blocks): {', '.join(names)}",
+            soft_wrap=True,
+            markup=False,
+        )
 
 
 def _seconds(value: float) -> str:

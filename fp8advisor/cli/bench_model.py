@@ -1,0 +1,201 @@
+"""`fp8advisor bench --model`: the model's own blocks, measured in context (`fp8advisor.block_bench`)."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+import typer
+from rich import box
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from fp8advisor.cli import console, err_console
+from fp8advisor.recipes import BASELINE, Recipe, parse_recipe
+
+#: The recipes measured when --recipes is not given: the two torchtitan and NeMo AutoModel users choose
+#: between (rowwise_with_gw_hp on request).
+DEFAULT_RECIPES = (Recipe.TENSORWISE.value, Recipe.ROWWISE.value)
+
+
+def in_context_dir() -> Path:
+    """Where in-context results go by default, and where `suggest` looks for them: the profile directory's
+    `in-context/`."""
+    from fp8advisor.profile import user_profile_dir
+
+    return user_profile_dir() / "in-context"
+
+
+def bench_model(
+    target: str,
+    *,
+    batch: int,
+    seq: int,
+    recipes: Sequence[str] | None,
+    out: Path | None,
+    emulate: bool,
+    time_budget: float | None,
+    profile: str | None,
+    started: float,
+) -> None:
+    from fp8advisor.bench import BenchSettings
+    from fp8advisor.block_bench import BlockSweepInterrupted, run_block_sweep, seed_sets
+    from fp8advisor.blocks import discover_blocks
+    from fp8advisor.device import require_fp8_gpu
+    from fp8advisor.files import check_output_directory
+    from fp8advisor.profile import select_profile
+    from fp8advisor.schedule import check_time_budget
+    from fp8advisor.target import load_model
+
+    check_time_budget(time_budget)
+    chosen_recipes = [parse_recipe(name).value for name in recipes or DEFAULT_RECIPES if name != BASELINE]
+    chosen_recipes = list(dict.fromkeys(chosen_recipes))
+    out = out if out is not None else in_context_dir()
+    check_output_directory(out)
+    if not emulate:
+        require_fp8_gpu()
+    choice = select_profile(profile)
+    with err_console.status(f"inspecting {target} ..."):
+        discovery = discover_blocks(load_model(target, "meta"), batch=batch, seq=seq)
+    seeds = seed_sets(discovery, chosen_recipes, choice)
+    layers = discovery.model_layers
+    console.print(
+        f"[bold]{target}[/]  batch {batch} x seq {seq} = {layers.tokens} tokens; "
+        f"{len(discovery.units)} distinct unit(s): "
+        + ", ".join(f"{unit.pattern} ({len(unit.convertible)} convertible)" for unit in discovery.units)
+        + f"; recipes {', '.join(chosen_recipes)}; advice seeds from {choice.name} -> {out}"
+        + ("  [yellow](emulated on the CPU)[/]" if emulate else ""),
+        soft_wrap=True,
+    )
+    progress = Progress(
+        TextColumn("measuring"),
+        BarColumn(),
+        TextColumn("{task.completed} variants"),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[point]}", style="dim"),
+        console=console,
+    )
+    task = progress.add_task("measure", total=None, point="")
+
+    def on_progress(completed: int, description: str) -> None:
+        progress.update(task, completed=completed, point=description)
+
+    try:
+        with progress:
+            summary = run_block_sweep(
+                discovery,
+                chosen_recipes,
+                seeds,
+                out,
+                BenchSettings(emulate=emulate, breakdown=False),
+                seeds_from=choice.name,
+                time_budget_s=time_budget,
+                started=started,
+                on_progress=on_progress,
+            )
+    except BlockSweepInterrupted as interrupted:
+        err_console.print(
+            f"\ninterrupted: {len(interrupted.summary.records)} variant(s) of this run are saved in {out}. "
+            "Run the same command again to resume."
+        )
+        raise typer.Exit(130) from None
+    _print_summary(summary, discovery, chosen_recipes, out, emulate, time_budget)
+
+
+def _ms(wall: dict | None) -> str:
+    return "-" if not wall else f"{wall['median'] * 1e3:.4g}"
+
+
+def _print_summary(summary, discovery, recipes, out: Path, emulate: bool, time_budget) -> None:
+    from fp8advisor.results import unreadable_lines
+    from fp8advisor.search import Timing
+
+    unreadable = unreadable_lines(summary.unreadable)
+    if unreadable:
+        console.print(Text("warning: ", style="yellow") + Text(unreadable), soft_wrap=True)
+    reused = f"; {summary.reused} reused from {', '.join(summary.resumed_from)}" if summary.reused else ""
+    console.print(
+        f"measured {len(summary.records)} variant(s) in {summary.elapsed_s:.0f} s: "
+        f"[green]{summary.ok} ok[/], "
+        f"[red]{summary.failed} failed[/]{reused}"
+    )
+    if summary.path is not None:
+        console.print(f"results: {summary.path}")
+    for pattern, reason in summary.failed_units.items():
+        console.print(f"  [red]failed[/] {pattern}: {reason}", soft_wrap=True)
+    for record in summary.records:
+        if record["status"] == "failed" and record["block"] not in summary.failed_units:
+            console.print(
+                f"  [red]failed[/] {record['block']} {record['recipe']} {record['float8']}: "
+                f"{record['reason']}",
+                soft_wrap=True,
+            )
+    choices = {(choice["block"], choice["recipe"]): choice for choice in summary.choices}
+    table = Table(
+        title="Block forward+backward, median ms (all: every convertible Linear in float8; advice: the "
+        "profile's; auto: torchao's filter; chosen: the search's; float8: its layers/convertible)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    for name in ("block", "recipe", "bf16", "all", "advice", "auto", "chosen", "float8", "speedup"):
+        text = name in ("block", "recipe")  # may wrap; the figures may not
+        table.add_column(name, justify="left" if text else "right", no_wrap=not text, overflow="fold")
+    for unit in discovery.units:
+        for recipe in recipes:
+            choice = choices.get((unit.pattern, recipe))
+            if choice is None:
+                continue
+            seeds = choice["seeds"]
+            base, chosen = (
+                Timing.from_wall(choice["bf16_wall_time_s"]),
+                Timing.from_wall(choice["wall_time_s"]),
+            )
+            if chosen.clearly_faster_than(base) or base.clearly_faster_than(chosen):
+                versus = f"{base.median / chosen.median:.3f}x"
+            else:
+                versus = "noise"
+            table.add_row(
+                unit.pattern,
+                recipe,
+                _ms(choice["bf16_wall_time_s"]),
+                *(_ms((seeds.get(name) or {}).get("wall_time_s")) for name in ("all", "advice", "auto")),
+                _ms(choice["wall_time_s"]),
+                f"{len(choice['float8'])}/{len(unit.convertible)}",
+                versus,
+            )
+    console.print(table)
+    console.print(
+        "speedup 'noise': the chosen and bf16 times overlap in their 20th-80th percentiles", style="dim"
+    )
+    for (pattern, recipe), choice in choices.items():
+        names = [name or pattern for name in choice["float8"]]
+        console.print(
+            f"  {pattern} {recipe}: float8 {', '.join(names) or 'none'}", soft_wrap=True, markup=False
+        )
+    if summary.stopped_by_budget:
+        from fp8advisor.cli.bench_cmd import _resume_command
+
+        console.print(
+            f"[bold yellow]time budget[/]: stopped after {summary.elapsed_s:.0f} of {time_budget:.0f} s, "
+            "before "
+            f"a variant that would not have finished in time. Resume with the same command:\n  "
+            f"{_resume_command()}",
+            soft_wrap=True,
+        )
+    if emulate:
+        console.print(
+            "[bold yellow]EMULATED[/]: CPU wall-clock times of torchao's emulated float8, not GPU "
+            "measurements; `suggest --measured` refuses them for advice."
+        )
+    elif summary.choices and not summary.stopped_by_budget:
+        layers = discovery.model_layers
+        command = f"fp8advisor suggest {shlex.quote(layers.target)} --batch {layers.batch} --seq {layers.seq}"
+        if Path(out).resolve() != in_context_dir().resolve():
+            command += f" --measured {shlex.quote(str(out))}"
+        console.print(f"advice decided by these measurements: {command}", soft_wrap=True, markup=False)
+
+
+__all__ = ["DEFAULT_RECIPES", "bench_model", "in_context_dir"]
