@@ -192,10 +192,10 @@ class UnitBench:
         if self.sdpa and "attention_mask" in self.kwargs:
             self.kwargs["attention_mask"] = None  # causal sdpa, as Hugging Face trains without padding
         output = _first_floating(self.base(*self.args, **self.kwargs))
-        generator = compat_generator(self.device, settings.seed + 2)
-        self.grad_output = _random_like(output, generator)
+        self.grad_output = _random_gradient(output, settings.seed + 2)
         output.backward(self.grad_output)
-        self.reference = (output.detach(), None if self.x is None else self.x.grad.detach())
+        grad = None if self.x is None else self.x.grad  # None when the output does not depend on x
+        self.reference = (output.detach(), None if grad is None else grad.detach())
         self._clear_grads(self.base)
 
     def _clear_grads(self, module) -> None:
@@ -263,16 +263,12 @@ class UnitBench:
         self.timer.release()
 
 
-def compat_generator(device: str, seed: int):
+def _random_gradient(output, seed: int):
+    """A random gradient for the block's output, drawn on its device from `seed`."""
     import torch
 
-    return torch.Generator(device=device).manual_seed(seed)
-
-
-def _random_like(tensor, generator):
-    import torch
-
-    return torch.randn(tensor.shape, dtype=tensor.dtype, device=tensor.device, generator=generator)
+    generator = torch.Generator(device=output.device).manual_seed(seed)
+    return torch.randn(output.shape, dtype=output.dtype, device=output.device, generator=generator)
 
 
 def _compile(module, *, emulated: bool):

@@ -70,7 +70,7 @@ class Request:
 
         `chosen_profile` pins the profile that was chosen automatically, so that CI on another machine
         (another GPU, or none) predicts with the same figures; `chosen_measured` likewise the in-context
-        results found in the profile directory (CI needs them too: commit them, or the check says stale).
+        results found in the profile directory (CI needs that directory: commit a copy, give its path).
         """
         words = [
             "fp8advisor",
