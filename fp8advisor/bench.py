@@ -391,10 +391,42 @@ def prepare_module(base, recipe: str, *, emulate: bool):
     return convert_to_float8_training(module, config=float8_config(recipe, emulate=emulate))
 
 
-def compile_module(module):
-    """`torch.compile` in default mode after `torch._dynamo.reset()`, as torchao's benchmark does."""
+def compile_module(module, backend: str = "inductor"):
+    """`torch.compile` in default mode after `torch._dynamo.reset()`, as torchao's benchmark does (`backend`:
+    "aot_eager" for the in-context emulation, which skips inductor's code generation)."""
     compat.dynamo_reset()
-    return _torch().compile(module)
+    return _torch().compile(module, backend=backend)
+
+
+def time_step(
+    step: Callable[[], object],
+    grads: list,
+    *,
+    timer: Timer,
+    settings: BenchSettings,
+    memory_before: int | None,
+    check: Callable[[object], dict[str, float]] | None = None,
+) -> Measurement:
+    """The protocol of one compiled configuration, grid point or in-context block alike: the first call
+    (compile), `check(output)` on it (float8: SQNR against bf16; None for bf16), warm-up, the memory window,
+    the profiled calls, the peak (less `memory_before`) and the wall-clock window (`grads` set to None
+    before each call)."""
+    output, compile_record = timer.first_call(step)
+    sqnr = check(output) if check is not None else None
+    del output
+    call_s = min(timer.time_call(step) for _ in range(max(1, settings.warmup_iterations)))
+    timer.open_memory_window()
+    profile = timer.kernel_time(step, settings.profiled_iterations)
+    peak = timer.window_peak()
+    wall = timer.wall_time(step, grads, call_s)
+    return Measurement(
+        kernel_time_s=profile.kernel_time_s if profile else None,
+        wall_time_s=wall,
+        peak_memory_bytes=None if peak is None or memory_before is None else peak - memory_before,
+        sqnr_db=sqnr,
+        compile=compile_record,
+        profile=profile,
+    )
 
 
 # --- a shape's measurements ---------------------------------------------------------------------------------
@@ -452,21 +484,13 @@ class ShapeBench:
             y.backward(grad_output)
             return y
 
-        output, compile_record = timer.first_call(step)
-        sqnr = self.check(output, x.grad) if recipe != BASELINE else None
-        del output
-        call_s = min(timer.time_call(step) for _ in range(max(1, settings.warmup_iterations)))
-        timer.open_memory_window()
-        profile = timer.kernel_time(step, settings.profiled_iterations)
-        peak = timer.window_peak()
-        wall = timer.wall_time(step, [x, *module.parameters()], call_s)
-        measurement = Measurement(
-            kernel_time_s=profile.kernel_time_s if profile else None,
-            wall_time_s=wall,
-            peak_memory_bytes=None if peak is None else peak - memory_before,
-            sqnr_db=sqnr,
-            compile=compile_record,
-            profile=profile,
+        measurement = time_step(
+            step,
+            [x, *module.parameters()],
+            timer=timer,
+            settings=settings,
+            memory_before=memory_before,
+            check=(lambda output: self.check(output, x.grad)) if recipe != BASELINE else None,
         )
         if not timer.emulated and recipe != BASELINE and settings.breakdown:
             try:
@@ -814,4 +838,5 @@ __all__ = [
     "point_record",
     "precompile_point",
     "run_sweep",
+    "time_step",
 ]

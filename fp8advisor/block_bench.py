@@ -29,9 +29,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fp8advisor import compat
 from fp8advisor import results as results_store
-from fp8advisor.bench import BenchSettings, Measurement, compile_module, failure_reason, measurement_fields
+from fp8advisor.bench import (
+    BenchSettings,
+    Measurement,
+    compile_module,
+    failure_reason,
+    measurement_fields,
+    time_step,
+)
 from fp8advisor.blocks import Discovery, Unit, make_inputs, materialize
 from fp8advisor.files import DirectoryLock, check_output_directory
 from fp8advisor.recipes import BASELINE, float8_config, sqnr_db
@@ -222,7 +228,7 @@ class UnitBench:
         timer.release()
         memory_before = timer.memory_allocated()
         module = self.variant_module(recipe, variant)
-        module = _compile(module, emulated=timer.emulated)
+        module = compile_module(module, backend="aot_eager" if timer.emulated else "inductor")
         self._clear_grads(module)
 
         def step():
@@ -230,24 +236,17 @@ class UnitBench:
             output.backward(self.grad_output)
             return output
 
-        output, compile_record = timer.first_call(step)
-        sqnr = self._check(output) if variant else None
-        del output
-        call_s = min(timer.time_call(step) for _ in range(max(1, settings.warmup_iterations)))
-        timer.open_memory_window()
-        profile = timer.kernel_time(step, settings.profiled_iterations)
-        peak = timer.window_peak()
         grads = [*([self.x] if self.x is not None else []), *module.parameters()]
-        wall = timer.wall_time(step, grads, call_s)
-        self._clear_grads(module)
-        return Measurement(
-            kernel_time_s=profile.kernel_time_s if profile else None,
-            wall_time_s=wall,
-            peak_memory_bytes=None if peak is None or memory_before is None else peak - memory_before,
-            sqnr_db=sqnr,
-            compile=compile_record,
-            profile=profile,
+        measurement = time_step(
+            step,
+            grads,
+            timer=timer,
+            settings=settings,
+            memory_before=memory_before,
+            check=self._check if variant else None,
         )
+        self._clear_grads(module)
+        return measurement
 
     def _check(self, output) -> dict[str, float]:
         reference_output, reference_grad = self.reference
@@ -269,15 +268,6 @@ def _random_gradient(output, seed: int):
 
     generator = torch.Generator(device=output.device).manual_seed(seed)
     return torch.randn(output.shape, dtype=output.dtype, device=output.device, generator=generator)
-
-
-def _compile(module, *, emulated: bool):
-    if not emulated:
-        return compile_module(module)
-    import torch
-
-    compat.dynamo_reset()
-    return torch.compile(module, backend="aot_eager")
 
 
 # --- where the search starts -------------------------------------------------------------------------------

@@ -67,18 +67,14 @@ class Unit:
     def convertible(self) -> frozenset[str]:
         return frozenset(linear.name for linear in self.linears if linear.convertible)
 
-    def fqn(self, instance: str, name: str) -> str:
-        """The model FQN of Linear `name` (relative) in `instance`."""
-        return f"{instance}.{name}" if name else instance
-
     def relative(self, fqns) -> frozenset[str]:
         """The names (relative) of this unit's convertible Linear layers whose FQN in the representative
         instance is in `fqns`."""
-        return frozenset(name for name in self.convertible if self.fqn(self.representative, name) in fqns)
+        return frozenset(name for name in self.convertible if member_fqn(self.representative, name) in fqns)
 
     def everywhere(self, names) -> set[str]:
         """Model FQNs of Linear layers `names` (relative) in every instance."""
-        return {self.fqn(instance, name) for instance in self.instances for name in names}
+        return {member_fqn(instance, name) for instance in self.instances for name in names}
 
     def to_json(self) -> dict:
         return {
@@ -107,6 +103,11 @@ class Discovery:
 
     def module(self, unit: Unit):
         return self.loaded.model.get_submodule(unit.representative)
+
+
+def member_fqn(instance: str, name: str) -> str:
+    """The model FQN of Linear `name` (relative) in unit `instance`; `""` names a head Linear itself."""
+    return f"{instance}.{name}" if name else instance
 
 
 def model_fingerprint(model_layers: ModelLayers) -> str:
@@ -278,7 +279,7 @@ def _groups(
     for linear in linears:
         if not linear.convertible:
             continue
-        fqn = f"{instance}.{linear.name}" if linear.name else instance
+        fqn = member_fqn(instance, linear.name)
         groups.setdefault(read.get(fqn, fqn), []).append(linear.name)
     return tuple(tuple(names) for names in groups.values())
 
@@ -305,7 +306,7 @@ def discover_blocks(loaded, *, batch: int, seq: int, debug: bool = False) -> Dis
         for name, sub in module.named_modules():
             if not isinstance(sub, nn.Linear):
                 continue
-            fqn = f"{instance}.{name}" if name else instance
+            fqn = member_fqn(instance, name)
             layer = by_fqn.get(fqn)
             convertible = (
                 layer is not None
@@ -399,5 +400,6 @@ __all__ = [
     "encode_value",
     "make_inputs",
     "materialize",
+    "member_fqn",
     "model_fingerprint",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from fp8advisor.blocks import member_fqn
 from fp8advisor.errors import AdvisorError
 from fp8advisor.search import Timing
 
@@ -35,16 +36,13 @@ class BlockChoice:
     device: str
     measured_at: str
 
-    def fqn(self, instance: str, name: str) -> str:
-        return f"{instance}.{name}" if name else instance
-
     def decisions(self) -> dict[str, bool]:
         """Every instance's Linear layers the search decided: FQN -> convert (the layers it could put in
         float8; the block's others are not convertible)."""
         decided: dict[str, bool] = {}
         for instance in self.instances:
             for name in self.considered | self.float8:
-                decided[self.fqn(instance, name)] = name in self.float8
+                decided[member_fqn(instance, name)] = name in self.float8
         return decided
 
     def reason(self) -> str:
