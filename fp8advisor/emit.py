@@ -427,6 +427,12 @@ def _megatron(advice: Advice, request: Request, predictor: Predictor | None) -> 
             "config; default_bf16 keeps every other Transformer Engine module in bf16."
         ),
     ]
+    measured = [m for m in disagree if any(part.decided_by != "profile" for part in m.parts)]
+    if measured:
+        notes += _wrapped(
+            f"Decided in context: the parts of {megatron.folded(measured)} were measured as separate GEMMs; "
+            "Megatron's fused GEMM is decided by the rule above instead."
+        )
     head = plan.head
     if head is not None:
         lost = f"; the advice converts {head.parts[0].fqn} to float8: that is lost" if head.float8 else ""
