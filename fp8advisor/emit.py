@@ -116,26 +116,13 @@ def header_lines(advice: Advice, request: Request, fmt: ConfigFormat, what: str 
     if request.profile is not None and request.profile != advice.profile_name:
         profile += f" (--profile {request.profile})"
     recipe = advice.recipe.value + (" (chosen by --recipe auto)" if request.recipe == "auto" else "")
-    fl = advice.filter_list
-    if what is not None:
-        pass
-    elif fmt in (ConfigFormat.TORCHAO, ConfigFormat.ACCELERATE):
-        what = f"converts exactly the {len(advice.convert_fqns)} advised Linear layers (exact module filter)"
-    elif fl.exact:
-        what = f"filter_fqns simulated: converts exactly the {len(advice.convert_fqns)} advised Linear layers"
-    else:
-        what = (
-            f"filter_fqns simulated: converts {len(fl.converted)} of the {len(advice.convert_fqns)} "
-            "advised layers; "
-            f"no substring list can be exact, {len(fl.demoted)} kept in bf16 (see fp8advisor suggest)"
-        )
     lines = [
         f"{GENERATED_MARK} {__version__} (fp8advisor suggest). Do not edit: regenerate it.",
         f"model: {request.target}  batch: {request.batch}  seq: {request.seq}"
         + (f"  tensor parallel: {request.tensor_parallel}" if request.tensor_parallel != 1 else ""),
         f"recipe: {recipe}  profile: {profile} ({advice.profile_provenance})  "
         f"min speedup: {advice.min_speedup:g}",
-        what,
+        what if what is not None else _what_it_converts(advice, fmt),
     ]
     if advice.in_context is not None:
         lines.append(
@@ -144,6 +131,19 @@ def header_lines(advice: Advice, request: Request, fmt: ConfigFormat, what: str 
     pinned = pinned_command(request, advice, fmt)
     lines.append(f"check in CI: {pinned} --check <this file>")
     return lines
+
+
+def _what_it_converts(advice: Advice, fmt: ConfigFormat) -> str:
+    fl = advice.filter_list
+    if fmt in (ConfigFormat.TORCHAO, ConfigFormat.ACCELERATE):
+        return f"converts exactly the {len(advice.convert_fqns)} advised Linear layers (exact module filter)"
+    if fl.exact:
+        return f"filter_fqns simulated: converts exactly the {len(advice.convert_fqns)} advised Linear layers"
+    return (
+        f"filter_fqns simulated: converts {len(fl.converted)} of the {len(advice.convert_fqns)} "
+        "advised layers; "
+        f"no substring list can be exact, {len(fl.demoted)} kept in bf16 (see fp8advisor suggest)"
+    )
 
 
 def pinned_command(request: Request, advice: Advice, fmt: ConfigFormat, output: str | None = None) -> str:

@@ -35,9 +35,10 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from fp8advisor.advise import Advice, LayerAdvice, Predictor, decide_layers
 from fp8advisor.errors import ConfigError
 from fp8advisor.filters import dims_divisible_by_16
 from fp8advisor.layers import GemmLayer, LayerStatus, fold_repeated
@@ -84,6 +85,8 @@ _COMPLETE = {
     FC1: ({"gate", "up"}, {"gate_up"}),
     FC2: ({"down"},),
 }
+#: The order in which a fused module's parts are listed (and their N summed).
+_PART_ORDER = ("q", "k", "v", "qkv", "o", "gate", "up", "gate_up", "down")
 _HEADS = ("output", "lm_head")
 _LAYER_NAME = re.compile(r"^(?P<prefix>(?:\w+\.)*?)layers\.(?P<index>\d+)\.(?P<inner>.+)$")
 
@@ -93,9 +96,6 @@ RULE_PREDICTED = (
 )
 RULE_SUM = "the sum of its parts' predicted times (bf16 over float8) against the min speedup"
 
-#: `fp8advisor.advise.Predictor`: (recipe, M, K, N) -> times with bf16_s, float8_s, speedup.
-Predictor = Callable[[Recipe, int, int, int], object]
-
 
 @dataclass(frozen=True)
 class MegatronModule:
@@ -103,7 +103,7 @@ class MegatronModule:
 
     name: str  # decoder.layers.3.mlp.linear_fc1, output_layer
     layer: int | None  # None for the head
-    parts: tuple  # the model's LayerAdvice entries it is made of
+    parts: tuple[LayerAdvice, ...]  # the model's layers it is made of
     K: int
     N: int
     float8: bool  # the advice for this module as Megatron runs it (fused modules: one decision)
@@ -197,9 +197,9 @@ class _Named:
     fqn: str
 
 
-def _locate(advice) -> tuple[dict[tuple[int, str], dict[str, object]], object | None]:
+def _locate(advice: Advice) -> tuple[dict[tuple[int, str], dict[str, LayerAdvice]], LayerAdvice | None]:
     """The advice's Linear layers by (layer index, Megatron module) -> {part: LayerAdvice}, and the head."""
-    blocks: dict[tuple[int, str], dict[str, object]] = {}
+    blocks: dict[tuple[int, str], dict[str, LayerAdvice]] = {}
     head = None
     prefixes = set()
     unknown = []
@@ -226,7 +226,7 @@ def _locate(advice) -> tuple[dict[tuple[int, str], dict[str, object]], object | 
     return blocks, head
 
 
-def _check_complete(blocks: dict[tuple[int, str], dict[str, object]]) -> int:
+def _check_complete(blocks: dict[tuple[int, str], dict[str, LayerAdvice]]) -> int:
     """The number of layers, once every layer 0..L-1 has each module with a complete set of parts."""
     indices = sorted({index for index, _ in blocks})
     if indices != list(range(len(indices))):
@@ -248,11 +248,9 @@ def _check_complete(blocks: dict[tuple[int, str], dict[str, object]]) -> int:
 
 
 def _fused_decision(
-    parts: Sequence, advice, predictor: Predictor | None
+    parts: Sequence[LayerAdvice], advice: Advice, predictor: Predictor | None
 ) -> tuple[bool, float | None, float, float]:
     """(float8, speedup, bf16 s, float8 s) of the GEMM Megatron runs for `parts` (q, k, v or gate, up)."""
-    from fp8advisor.advise import decide_layers
-
     K = parts[0].K
     N = sum(part.N for part in parts)
     if any(part.K != K for part in parts):
@@ -281,7 +279,7 @@ def _fused_decision(
 
 
 def _module(
-    name: str, layer: int | None, parts: Sequence, advice, predictor: Predictor | None
+    name: str, layer: int | None, parts: Sequence[LayerAdvice], advice: Advice, predictor: Predictor | None
 ) -> MegatronModule:
     if len(parts) > 1:
         float8, speedup, bf16_s, float8_s = _fused_decision(parts, advice, predictor)
@@ -306,7 +304,7 @@ def _module(
     )
 
 
-def plan(advice, predictor: Predictor | None = None) -> MegatronPlan:
+def plan(advice: Advice, predictor: Predictor | None = None) -> MegatronPlan:
     """The advice on Megatron's GPTModel. `predictor`: the advice's own (`advise.default_predictor` of its
     profile) to decide each fused module as one GEMM; without it, by the sum of its parts' predicted times.
     Raises ConfigError (exit 2) for a model whose Linear layers do not map, or a recipe TE does not have."""
@@ -316,21 +314,11 @@ def plan(advice, predictor: Predictor | None = None) -> MegatronPlan:
     modules = []
     for index in range(n_layers):
         for module in BLOCK_MODULES:
-            parts = sorted(
-                blocks[(index, module)].values(), key=lambda layer: _PART_ORDER.index(_part_of(layer))
-            )
+            named = blocks[(index, module)]
+            parts = [named[part] for part in _PART_ORDER if part in named]
             modules.append(_module(f"decoder.layers.{index}.{module}", index, parts, advice, predictor))
     head = _module(HEAD, None, [head_layer], advice, None) if head_layer is not None else None
     return MegatronPlan(n_layers, tuple(modules), head, RULE_PREDICTED if predictor is not None else RULE_SUM)
-
-
-_PART_ORDER = ("q", "k", "v", "qkv", "o", "gate", "up", "gate_up", "down")
-
-
-def _part_of(layer) -> str:
-    match = _LAYER_NAME.match(layer.fqn)
-    assert match is not None
-    return _PARTS[match["inner"]][1]
 
 
 # --- the precision config file ------------------------------------------------------------------------------
