@@ -202,3 +202,18 @@ def test_megatron_needs_a_llama_style_decoder(fake_world):
     result = _run("prefix_model.py", "--format", "megatron")
     assert result.exit_code == 2
     assert "Llama/GPT-style decoder" in " ".join(result.stderr.split())
+
+
+def test_megatron_refuses_rowwise_before_building_the_model(fake_world):
+    result = _run("never_built.py", "--recipe", "rowwise", "--format", "megatron")  # unknown to fake_world
+    assert result.exit_code == 2 and "Transformer Engine has no rowwise recipe" in result.stderr
+
+
+def test_auto_recipe_choices_follow_the_format():
+    from fp8advisor.cli.suggest_cmd import _recipes_the_format_holds
+    from fp8advisor.formats import ConfigFormat
+    from fp8advisor.recipes import ALL_RECIPES, Recipe
+
+    assert _recipes_the_format_holds(ConfigFormat.MEGATRON) == (Recipe.TENSORWISE,)
+    assert Recipe.TENSORWISE not in _recipes_the_format_holds(ConfigFormat.TORCHTITAN_PY)
+    assert _recipes_the_format_holds(ConfigFormat.TORCHAO) == ALL_RECIPES
