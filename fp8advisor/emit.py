@@ -398,9 +398,11 @@ def _megatron(advice: Advice, request: Request, predictor: Predictor | None) -> 
     notes = [
         *usage,
         *_wrapped(
-            "(NeMo and Megatron-Bridge: the same TransformerConfig fields, fp8='hybrid', "
+            "(NeMo 2 and Megatron-Bridge: the same TransformerConfig fields, fp8='hybrid', "
             f"fp8_recipe='{recipe.value}', quant_recipe=megatron.core.quantization.utils."
-            "load_quantization_recipe(<this file>).)"
+            "load_quantization_recipe(<this file>). NeMo 1 / NeMo-Aligner YAML: transformer_engine: true, "
+            f"fp8: true, fp8_hybrid: true, mcore_customization_config: {{fp8_recipe: {recipe.value}}}; it "
+            "cannot pass this file, so only the positional flags below, under mcore_customization_config.)"
         ),
         *_wrapped(
             f"Speed figures: torchao's float8 {recipe.value} figures ({provenance}"
