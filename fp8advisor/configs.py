@@ -14,6 +14,8 @@ Every format `fp8advisor suggest` writes is read here, and hand-written files in
 - accelerate: Python, `AORecipeKwargs(config=..., module_filter_func=...)`; without a filter function
   accelerate keeps the first and the last nn.Linear in bf16.
 - torchao: Python, `convert_to_float8_training(model, config=..., module_filter_fn=...)`.
+- megatron: Megatron-Core's precision config (YAML with `configs` and `matchers`) is recognised and refused
+  with a ConfigError: Transformer Engine's modules in Megatron's own model are not simulated here.
 - filter: a bare list of filter_fqns (YAML or JSON; a mapping with `filter_fqns` is accepted too), matched by
   substring with the divisibility rule, as torchtitan, NeMo and torchao's auto filter match it.
 
@@ -261,6 +263,8 @@ def detect_framework(path: Path, text: str) -> ConfigFormat:
         data = _load_yaml(path, text)
         if isinstance(data, dict) and "fp8" in data:
             return ConfigFormat.NEMO_AUTOMODEL
+        if isinstance(data, dict) and "matchers" in data and "configs" in data:
+            return ConfigFormat.MEGATRON  # Megatron-Core's --te-precision-config-file
         return ConfigFormat.FILTER
     if suffix == ".py":
         tree = _parse_python(path, text)
@@ -313,6 +317,13 @@ def read_config(
         ConfigFormat.TORCHAO: _read_torchao,
         ConfigFormat.FILTER: _read_filter,
     }
+    if chosen is ConfigFormat.MEGATRON:
+        raise ConfigError(
+            f"{path} is a Megatron-Core precision config: verify cannot check it (it runs torchao float8 on "
+            "the PyTorch model; Megatron runs Transformer Engine modules in its own GPTModel)",
+            hint="check that the file is current with `fp8advisor suggest ... --format megatron --check "
+            f"{path}` (the command in its header); verify a --format torchao config of the same advice",
+        )
     reader = readers[chosen]
     if chosen in (ConfigFormat.ACCELERATE, ConfigFormat.TORCHAO):
         reader = functools.partial(reader, trust_config=trust_config)

@@ -17,6 +17,10 @@ Formats (`--format`):
   torchao           Python: `convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(
                     ...), module_filter_fn=module_filter_fn)`.
   filter            the bare filter_fqns list: YAML (default), or JSON when the output file ends in .json.
+  megatron          Megatron-Core + Transformer Engine: the `--te-precision-config-file` YAML of core_v0.16+
+                    (ordered glob matchers over Megatron's module names, `fp8advisor.megatron`), with the
+                    flags to pass and, for older versions, the positional `--first-last-layers-bf16` flags
+                    and what they lose, in its comments. tensorwise only (TE has no rowwise recipe).
 
 The substring formats carry `Advice.filter_fqns`, proven by simulation to convert the advised set (or the safe
 subset when no list can be exact). The two Python formats carry an exact filter: a top-level function testing
@@ -37,11 +41,12 @@ from pathlib import Path
 
 import yaml
 
-from fp8advisor import __version__
-from fp8advisor.advise import DEFAULT_MIN_SPEEDUP, Advice
+from fp8advisor import __version__, megatron
+from fp8advisor.advise import DEFAULT_MIN_SPEEDUP, Advice, Predictor
 from fp8advisor.errors import ConfigError
 from fp8advisor.files import GENERATED_MARK, write_atomic
 from fp8advisor.formats import ConfigFormat, parse_format
+from fp8advisor.profile import weakest_provenance
 from fp8advisor.recipes import Recipe
 
 
@@ -104,30 +109,20 @@ def _shell_word(text: str) -> str:
     return shlex.quote(text)
 
 
-def header_lines(advice: Advice, request: Request, fmt: ConfigFormat) -> list[str]:
-    """The comment header, without comment markers."""
+def header_lines(advice: Advice, request: Request, fmt: ConfigFormat, what: str | None = None) -> list[str]:
+    """The comment header, without comment markers. `what`: the line saying what the file converts, for a
+    format that is not a filter list (megatron)."""
     profile = advice.profile_name
     if request.profile is not None and request.profile != advice.profile_name:
         profile += f" (--profile {request.profile})"
     recipe = advice.recipe.value + (" (chosen by --recipe auto)" if request.recipe == "auto" else "")
-    fl = advice.filter_list
-    if fmt in (ConfigFormat.TORCHAO, ConfigFormat.ACCELERATE):
-        what = f"converts exactly the {len(advice.convert_fqns)} advised Linear layers (exact module filter)"
-    elif fl.exact:
-        what = f"filter_fqns simulated: converts exactly the {len(advice.convert_fqns)} advised Linear layers"
-    else:
-        what = (
-            f"filter_fqns simulated: converts {len(fl.converted)} of the {len(advice.convert_fqns)} "
-            "advised layers; "
-            f"no substring list can be exact, {len(fl.demoted)} kept in bf16 (see fp8advisor suggest)"
-        )
     lines = [
         f"{GENERATED_MARK} {__version__} (fp8advisor suggest). Do not edit: regenerate it.",
         f"model: {request.target}  batch: {request.batch}  seq: {request.seq}"
         + (f"  tensor parallel: {request.tensor_parallel}" if request.tensor_parallel != 1 else ""),
         f"recipe: {recipe}  profile: {profile} ({advice.profile_provenance})  "
         f"min speedup: {advice.min_speedup:g}",
-        what,
+        what if what is not None else _what_it_converts(advice, fmt),
     ]
     if advice.in_context is not None:
         lines.append(
@@ -136,6 +131,19 @@ def header_lines(advice: Advice, request: Request, fmt: ConfigFormat) -> list[st
     pinned = pinned_command(request, advice, fmt)
     lines.append(f"check in CI: {pinned} --check <this file>")
     return lines
+
+
+def _what_it_converts(advice: Advice, fmt: ConfigFormat) -> str:
+    fl = advice.filter_list
+    if fmt in (ConfigFormat.TORCHAO, ConfigFormat.ACCELERATE):
+        return f"converts exactly the {len(advice.convert_fqns)} advised Linear layers (exact module filter)"
+    if fl.exact:
+        return f"filter_fqns simulated: converts exactly the {len(advice.convert_fqns)} advised Linear layers"
+    return (
+        f"filter_fqns simulated: converts {len(fl.converted)} of the {len(advice.convert_fqns)} "
+        "advised layers; "
+        f"no substring list can be exact, {len(fl.demoted)} kept in bf16 (see fp8advisor suggest)"
+    )
 
 
 def pinned_command(request: Request, advice: Advice, fmt: ConfigFormat, output: str | None = None) -> str:
@@ -157,10 +165,21 @@ def _string_list_lines(entries: tuple[str, ...] | list[str], indent: str) -> str
     return "".join(f"{indent}{_quoted(entry)},\n" for entry in entries)
 
 
-def render(advice: Advice, fmt: ConfigFormat | str, request: Request, *, output: str | None = None) -> str:
+def render(
+    advice: Advice,
+    fmt: ConfigFormat | str,
+    request: Request,
+    *,
+    output: str | None = None,
+    predictor: Predictor | None = None,
+) -> str:
     """The text of the config file in format `fmt`. `output`: the path as typed; for the filter format a name
-    ending in .json gives the bare JSON list, any other YAML."""
+    ending in .json gives the bare JSON list, any other YAML. `predictor`: the advice's own
+    (`advise.default_predictor` of its profile), with which the megatron format decides a fused GEMM as one;
+    without it, by the sum of its parts' predicted times."""
     fmt = parse_format(fmt)
+    if fmt is ConfigFormat.MEGATRON:
+        return _megatron(advice, request, predictor)
     header = header_lines(advice, request, fmt)
     if fmt is ConfigFormat.TORCHTITAN_TOML:
         return _torchtitan_toml(advice, header)
@@ -335,6 +354,121 @@ def _torchao(advice: Advice, header: list[str]) -> str:
         + "    )\n"
         + "    return torch.compile(model)  # float8 without torch.compile is slower than bf16\n"
     )
+
+
+_MODEL_PARTS = (
+    "linear_qkv = q, k, v (torchtitan attention.wq/wk/wv or qkv_linear.wqkv; Hugging Face "
+    "self_attn.q/k/v_proj); "
+    "linear_proj = o (wo, o_proj); linear_fc1 = gate + up (feed_forward.w1 + w3, mlp.gate_proj + up_proj); "
+    "linear_fc2 = down (w2, down_proj); output_layer = the head (output, lm_head)"
+)
+
+
+def _wrapped(text: str, indent: str = "  ") -> list[str]:
+    """One comment paragraph, wrapped to fit 110 columns with its comment marker."""
+    import textwrap
+
+    return textwrap.wrap(text, width=106, subsequent_indent=indent, break_on_hyphens=False)
+
+
+def _megatron(advice: Advice, request: Request, predictor: Predictor | None) -> str:
+    plan = megatron.plan(advice, predictor)
+    recipe = advice.recipe
+    document = megatron.precision_config(plan, recipe)
+    megatron.check_selects_exactly(plan, document)  # Megatron's first-match rule, on every TE module name
+    positional = megatron.positional_flags(plan)
+    n_float8, n_modules = len(plan.float8_names), len(plan.modules)
+    what = (
+        f"{n_float8} of the {n_modules} Transformer Engine linear modules in float8: Megatron's first-match "
+        "glob rule, applied to every one of their names, selects exactly those"
+    )
+    header = header_lines(advice, request, ConfigFormat.MEGATRON, what=what)
+    fused = [m for m in plan.modules if m.fused]
+    disagree = [m for m in fused if any(part.convert != m.float8 for part in m.parts)]
+    if n_float8:
+        usage = [
+            "Megatron-Core with Transformer Engine, core_v0.16 or later: train with",
+            f"  --fp8-format hybrid --fp8-recipe {recipe.value} --te-precision-config-file <this file>",
+        ]
+    else:
+        usage = [
+            "Nothing is in float8: train without --fp8-format (this file keeps every TE module in bf16)."
+        ]
+    provenance = weakest_provenance({layer.provenance for layer in advice.layers if layer.provenance})
+    notes = [
+        *usage,
+        *_wrapped(
+            "(NeMo 2 and Megatron-Bridge: the same TransformerConfig fields, fp8='hybrid', "
+            f"fp8_recipe='{recipe.value}', quant_recipe=megatron.core.quantization.utils."
+            "load_quantization_recipe(<this file>). NeMo 1 / NeMo-Aligner YAML: transformer_engine: true, "
+            f"fp8: true, fp8_hybrid: true, mcore_customization_config: {{fp8_recipe: {recipe.value}}}; it "
+            "cannot pass this file, so only the positional flags below, under mcore_customization_config.)"
+        ),
+        *_wrapped(
+            f"Speed figures: torchao's float8 {recipe.value} figures ({provenance}"
+            + (": a roofline model" if provenance == "modelled" else "")
+            + f", profile {advice.profile_name}), not measurements of Transformer Engine's kernels. "
+            "Recipes differ: "
+            f"torchao tensorwise maps to TE's tensorwise (Float8CurrentScaling: per-tensor current scaling; "
+            "e4m3 forward, e5m2 gradients, TE's 'hybrid'), whose kernels and casts are TE's own; torchao "
+            "rowwise has no TE equivalent. Measure a step in Megatron before relying on the speedup."
+        ),
+        *_wrapped(f"Module names: Megatron's GPTModel ({megatron.MEGATRON_SOURCE}): {_MODEL_PARTS}."),
+        *_wrapped(
+            "Fused GEMMs: linear_qkv and linear_fc1 are one GEMM each in Megatron, decided as one by "
+            f"{plan.fused_rule}; "
+            + (
+                f"{len(disagree)} of the {len(fused)} differ from their parts' own advice: "
+                f"{megatron.folded(disagree)}."
+                if disagree
+                else f"all {len(fused)} agree with their parts' own advice."
+            )
+        ),
+        *_wrapped(
+            "Matchers: the first enabled matcher whose glob (fnmatch) matches a module's path chooses its "
+            "config; default_bf16 keeps every other Transformer Engine module in bf16."
+        ),
+    ]
+    measured = [m for m in disagree if any(part.decided_by != "profile" for part in m.parts)]
+    if measured:
+        notes += _wrapped(
+            f"Decided in context: the parts of {megatron.folded(measured)} were measured as separate GEMMs; "
+            "Megatron's fused GEMM is decided by the rule above instead."
+        )
+    head = plan.head
+    if head is not None:
+        lost = f"; the advice converts {head.parts[0].fqn} to float8: that is lost" if head.float8 else ""
+        notes += _wrapped(
+            "output_layer (the head) is Megatron's own ColumnParallelLinear, not a Transformer Engine "
+            f"module: always bf16{lost}."
+        )
+    if megatron.names_layer_by_layer(document):
+        notes += _wrapped(
+            "Layer-by-layer patterns: Megatron numbers decoder.layers.N within each pipeline stage, so "
+            "they are right only with --pipeline-model-parallel-size 1."
+        )
+    here = plan.predicted_speedup(plan.float8_names)
+    there = positional.predicted_speedup
+    notes += _wrapped(
+        "Predicted Linear-time speedup over bf16 (torchao figures): this file "
+        f"{_times(here)}, the positional flags below {_times(there)}."
+    )
+    notes += [
+        "Before core_v0.16 (no precision config file): whole layers at each end in bf16 only:",
+        f"  {positional.arguments(recipe)}",
+        *_wrapped(
+            "  lost: runs in float8 against the advice: "
+            f"{megatron.folded(positional.converts_against_advice)}; "
+            f"keeps in bf16 against the advice: {megatron.folded(positional.gives_up)}.",
+            indent="    ",
+        ),
+    ]
+    body = yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=1000)
+    return _comment(header) + _comment(notes) + body
+
+
+def _times(speedup: float | None) -> str:
+    return "-" if speedup is None else f"{speedup:.3f}x"
 
 
 def _filter(advice: Advice, header: list[str], *, as_json: bool) -> str:

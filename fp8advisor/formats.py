@@ -5,7 +5,8 @@ simulation.
 and `fp8advisor.filters` simulates which Linear layers each converts. All three import `ConfigFormat` from
 here, so that the reader does not depend on the writer. One member, `torchao-auto`, is a rule and not a file:
 torchao's `_auto_filter_for_recipe`, which torchtitan applies for the `auto_filter_small_kn` entry;
-`FILE_FORMATS` are the others, the names `--format` takes.
+`FILE_FORMATS` are the others, the names `--format` takes. `megatron` is written and recognised, but
+`verify` cannot simulate it (Megatron's own model and Transformer Engine's modules, not torchao's).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ class ConfigFormat(str, Enum):
     ACCELERATE = "accelerate"  # AORecipeKwargs(module_filter_func=exact set)
     TORCHAO = "torchao"  # convert_to_float8_training(module_filter_fn=exact set)
     FILTER = "filter"  # the bare filter_fqns list, matched as torchtitan and NeMo AutoModel match it
+    MEGATRON = (
+        "megatron"  # Megatron-Core + Transformer Engine: --te-precision-config-file YAML (glob matchers)
+    )
     TORCHAO_AUTO = "torchao-auto"  # torchao's _auto_filter_for_recipe(recipe, filter_fqns): a rule, no file
 
     # The names `filters.Framework` gave the two torchtitan versions (aliases: the same members).

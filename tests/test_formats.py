@@ -18,6 +18,7 @@ from fp8advisor.formats import FILE_FORMATS, SUBSTRING_FORMATS, ConfigFormat, pa
         ("accelerate", ConfigFormat.ACCELERATE),
         ("torchao", ConfigFormat.TORCHAO),
         ("filter", ConfigFormat.FILTER),
+        ("megatron", ConfigFormat.MEGATRON),
         (ConfigFormat.TORCHAO, ConfigFormat.TORCHAO),  # a member passes through
     ],
 )
@@ -25,7 +26,7 @@ def test_parse_format(name, expected):
     assert parse_format(name) is expected
 
 
-@pytest.mark.parametrize("name", ["torchao-auto", "megatron", ""])  # torchao-auto: a rule, no file holds it
+@pytest.mark.parametrize("name", ["torchao-auto", "nemo", ""])  # torchao-auto: a rule, no file holds it
 def test_parse_format_names_only_file_formats(name):
     with pytest.raises(ConfigError, match="unknown --format") as caught:
         parse_format(name)
@@ -37,7 +38,7 @@ def test_one_enum_for_writer_reader_and_simulation():
     assert Framework is ConfigFormat and SUBSTRING_FRAMEWORKS is SUBSTRING_FORMATS
     assert Framework.TORCHTITAN is ConfigFormat.TORCHTITAN_TOML  # filters' names are aliases
     assert Framework.TORCHTITAN_0_3 is ConfigFormat.TORCHTITAN_PY
-    assert ConfigFormat.TORCHAO_AUTO not in FILE_FORMATS and len(FILE_FORMATS) == 6
+    assert ConfigFormat.TORCHAO_AUTO not in FILE_FORMATS and len(FILE_FORMATS) == 7
 
 
 @pytest.mark.parametrize(

@@ -154,7 +154,8 @@ def test_token_warning_on_stderr_when_piping(fake_world):
     [
         (["--recipe", "fp4"], "unknown recipe"),
         (["--recipe", "tensorwise", "--format", "torchtitan-py"], "no tensorwise"),
-        (["--format", "megatron"], "unknown --format"),
+        (["--format", "nemo"], "unknown --format"),
+        (["--recipe", "rowwise", "--format", "megatron"], "Transformer Engine has no rowwise recipe"),
     ],
 )
 def test_errors_exit_2(fake_world, args, message):
@@ -175,3 +176,44 @@ def test_shipped_profile_end_to_end(monkeypatch, llama3_small):
     # no GPU found: the shipped H100 profile with measured or published figures, never the roofline one
     assert data["profile"] == "h100-published-rowwise-2025-06"
     assert data["profile_provenance"] == "published"
+
+
+def test_megatron_output_and_check(fake_world, tmp_path):
+    """--format megatron: auto keeps to tensorwise (TE has no rowwise), the fused GEMMs are predicted with the
+    profile, -o writes the precision config, --check compares it."""
+    path = tmp_path / "precision.yaml"
+    args = ["llama80.py", "--format", "megatron"]
+    result = _run(*args, "-o", str(path))
+    assert result.exit_code == 0, result.output
+    text = path.read_text()
+    assert "recipe: tensorwise (chosen by --recipe auto)" in text
+    comments = " ".join(line.lstrip("# ") for line in text.splitlines() if line.startswith("#"))
+    assert "its own prediction as one GEMM" in comments
+    document = yaml.safe_load(text)
+    assert list(document["matchers"])[-1] == "default_bf16"
+    assert document["matchers"]["linear_fc1_float8"]["pattern"] == "decoder.layers.*.mlp.linear_fc1"
+    assert _run(*args, "--check", str(path)).exit_code == 0
+    path.write_text(text.replace("decoder.layers.*.mlp.linear_fc1", "decoder.layers.*.mlp.linear_fc9"))
+    stale = _run(*args, "--check", str(path))
+    assert stale.exit_code == 1 and "+    pattern: decoder.layers.*.mlp.linear_fc1" in stale.stdout
+
+
+def test_megatron_needs_a_llama_style_decoder(fake_world):
+    result = _run("prefix_model.py", "--format", "megatron")
+    assert result.exit_code == 2
+    assert "Llama/GPT-style decoder" in " ".join(result.stderr.split())
+
+
+def test_megatron_refuses_rowwise_before_building_the_model(fake_world):
+    result = _run("never_built.py", "--recipe", "rowwise", "--format", "megatron")  # unknown to fake_world
+    assert result.exit_code == 2 and "Transformer Engine has no rowwise recipe" in result.stderr
+
+
+def test_auto_recipe_choices_follow_the_format():
+    from fp8advisor.cli.suggest_cmd import _recipes_the_format_holds
+    from fp8advisor.formats import ConfigFormat
+    from fp8advisor.recipes import ALL_RECIPES, Recipe
+
+    assert _recipes_the_format_holds(ConfigFormat.MEGATRON) == (Recipe.TENSORWISE,)
+    assert Recipe.TENSORWISE not in _recipes_the_format_holds(ConfigFormat.TORCHTITAN_PY)
+    assert _recipes_the_format_holds(ConfigFormat.TORCHAO) == ALL_RECIPES

@@ -138,3 +138,16 @@ def test_python_filter_runs_only_with_trust_config(tiny, tmp_path):
     trusted = invoke(tiny, "--config", str(path), "--seq", "256", "--trust-config")
     assert trusted.exit_code == 0, trusted.output
     assert "PASS" in trusted.output
+
+
+def test_megatron_precision_config_is_refused_clearly(tiny, tmp_path):
+    path = tmp_path / "precision.yaml"
+    path.write_text(
+        "configs:\n  bf16:\n    transformer_engine_config_type: TEQuantizationParams\n"
+        "    training_recipe: {}\n"
+        "matchers:\n  all:\n    config: bf16\n    type: glob\n    pattern: '*'\n    enabled: true\n"
+    )
+    result = invoke(tiny, "--config", str(path))
+    assert result.exit_code == 2, result.output
+    assert "Megatron-Core precision config: verify cannot check it" in " ".join(result.output.split())
+    assert "Traceback" not in result.output

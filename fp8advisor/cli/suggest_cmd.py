@@ -11,7 +11,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from fp8advisor.advise import AUTO, DEFAULT_MIN_SPEEDUP, Advice, advise, group_layers
+from fp8advisor.advise import AUTO, DEFAULT_MIN_SPEEDUP, Advice, advise, default_predictor, group_layers
 from fp8advisor.cli import command, console, err_console
 from fp8advisor.emit import (
     ConfigFormat,
@@ -26,6 +26,7 @@ from fp8advisor.emit import (
 from fp8advisor.errors import AdvisorError
 from fp8advisor.files import guard_output
 from fp8advisor.formats import FILE_FORMATS
+from fp8advisor.megatron import check_recipe
 from fp8advisor.recipes import ALL_RECIPES, Recipe, parse_recipe
 from fp8advisor.roofline import get_specs
 
@@ -113,6 +114,8 @@ def suggest(
             "-o and --check do not go together", hint="write with -o, verify in CI with --check"
         )
     config_format = _format_for(fmt, output or check_file)
+    if config_format is ConfigFormat.MEGATRON and recipe != AUTO:
+        check_recipe(recipe)  # Transformer Engine has no rowwise: say so before the work
     # Before the work: a path that cannot be written, or a file that is not ours to replace, fails at once.
     if output is not None:
         guard_output(output, inputs=_input_files(target, profile), force=force)
@@ -124,10 +127,7 @@ def suggest(
     with err_console.status(f"inspecting {target} ..."):
         model_layers = inspect_model(target, batch=batch, seq=seq)
     choice = select_profile(profile, device_name=gpu)
-    # torchtitan 0.3 has no tensorwise: "auto" chooses among the recipes the config can hold
-    allowed = tuple(
-        r for r in ALL_RECIPES if not (config_format is ConfigFormat.TORCHTITAN_PY and r is Recipe.TENSORWISE)
-    )
+    allowed = _recipes_the_format_holds(config_format)
     # --check regenerates exactly as the file's own command says: in-context results only when it names them
     automatic = measured is None and check_file is None
     in_context = _in_context_reader(measured, automatic, model_layers, choice, gpu, tensor_parallel)
@@ -156,9 +156,11 @@ def suggest(
         measured=measured,
     )
 
+    predictor = default_predictor(choice)  # megatron decides a fused GEMM (qkv, gate+up) with it
     if check_file is not None:
         assert config_format is not None
-        ok, diff = check(check_file, render(advice, config_format, request, output=check_file), committed)
+        expected = render(advice, config_format, request, output=check_file, predictor=predictor)
+        ok, diff = check(check_file, expected, committed)
         if ok:
             err_console.print(f"{check_file} is up to date ({config_format.value}, {advice.proof_line()})")
             return
@@ -169,7 +171,9 @@ def suggest(
         )
         raise typer.Exit(1)
 
-    text = render(advice, config_format, request, output=output) if config_format is not None else None
+    text = None
+    if config_format is not None:
+        text = render(advice, config_format, request, output=output, predictor=predictor)
     if output is not None:
         assert text is not None
         write(output, text)
@@ -197,6 +201,15 @@ def suggest(
     _print_step(step, advice)
     if output is not None:
         console.print(f"wrote {output} ({config_format.value})")
+
+
+def _recipes_the_format_holds(config_format: ConfigFormat | None) -> tuple[Recipe, ...]:
+    """What "auto" chooses among: torchtitan 0.3 has no tensorwise, Transformer Engine only tensorwise."""
+    if config_format is ConfigFormat.TORCHTITAN_PY:
+        return tuple(r for r in ALL_RECIPES if r is not Recipe.TENSORWISE)
+    if config_format is ConfigFormat.MEGATRON:
+        return (Recipe.TENSORWISE,)
+    return ALL_RECIPES
 
 
 def _in_context_reader(
