@@ -633,7 +633,7 @@ def verify(
         config = config.with_recipe(advice.recipe)
     run_recipe = config.recipe
     assert run_recipe is not None
-    differences = _config_differences(config, requested_recipe)
+    differences = _config_differences(config, requested_recipe, advised_any=bool(advice.convert_fqns))
 
     # 2. Which layers the framework converts: torchao's own swap on the real-shaped meta model.
     shapes_model = copy.deepcopy(meta.model)  # meta tensors: no memory; kept unconverted for the shadow
@@ -718,10 +718,13 @@ def _advice_for(
     )
 
 
-def _config_differences(config: FrameworkConfig, requested_recipe: Recipe | None) -> list[Difference]:
-    """What differs in the config as a whole: the recipe, and FP8 switched off."""
+def _config_differences(
+    config: FrameworkConfig, requested_recipe: Recipe | None, *, advised_any: bool
+) -> list[Difference]:
+    """What differs in the config as a whole: the recipe, and FP8 switched off while the advice converts
+    some layer (when it converts none, FP8 off is the advised outcome, and the recipe of nothing is moot)."""
     differences = []
-    if requested_recipe is not None and config.recipe is not requested_recipe:
+    if config.enabled and requested_recipe is not None and config.recipe is not requested_recipe:
         assert config.recipe is not None
         differences.append(
             Difference(
@@ -730,7 +733,7 @@ def _config_differences(config: FrameworkConfig, requested_recipe: Recipe | None
                 f"the config trains with {config.recipe.value}, --recipe asks {requested_recipe.value}",
             )
         )
-    if not config.enabled:
+    if not config.enabled and advised_any:
         differences.append(
             Difference(
                 DifferenceKind.FP8_OFF,

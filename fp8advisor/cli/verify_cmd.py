@@ -162,6 +162,16 @@ def _print_report(report) -> None:
         )
     )
     converted, advised = len(report.converted), len(report.advised)
+    state_word = "off" if not config.enabled else "on, every layer filtered out"
+    if report.passed and not advised:
+        console.print(
+            Text("PASS: ", style="bold green")
+            + Text(
+                f"the advice converts no layer and the config converts none (FP8 {state_word}): every "
+                "Linear runs in bf16"
+            )
+        )
+        return
     if report.passed:
         console.print(
             Text("PASS: ", style="bold green")
