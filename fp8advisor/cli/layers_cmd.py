@@ -22,7 +22,7 @@ _STATUS_STYLE = {
 }
 
 
-@command("layers")
+@command("layers", short_help="List every Linear of a model with the M, K, N it multiplies.")
 def layers(
     target: str = typer.Argument(
         ...,

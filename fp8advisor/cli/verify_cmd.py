@@ -12,6 +12,7 @@ from rich.text import Text
 
 from fp8advisor.advise import AUTO, DEFAULT_MIN_SPEEDUP
 from fp8advisor.cli import command, console, err_console
+from fp8advisor.formats import FILTER_FQNS_MEANING
 from fp8advisor.recipes import parse_recipe
 
 #: Differences listed in full up to this many; the rest are counted (the table and --json have them all).
@@ -27,7 +28,7 @@ _SHORT = {
 }
 
 
-@command("verify")
+@command("verify", short_help="Check that a config converts exactly the advised layers.")
 def verify_command(
     target: str = typer.Argument(
         ..., help="The model: model.py[:factory(args)], a HF config.json or directory."
@@ -151,6 +152,11 @@ def _print_report(report, from_header: tuple[str, ...] = ()) -> None:
         lines.append(
             f"         whole-model output SQNR float8 vs bf16: {_db(execution.model_output_sqnr_db)} dB"
         )
+    if config.enabled and config.framework.uses_substring_filter and config.filter_fqns is not None:
+        from fp8advisor.configs import AUTO_FILTER_FLAG
+
+        entries = [entry for entry in config.filter_fqns if entry != AUTO_FILTER_FLAG]
+        lines.insert(1, f"         filter_fqns ({len(entries)} entries) {FILTER_FQNS_MEANING}")
     for line in lines:
         console.print(line, soft_wrap=True)
     for note in report.notes:
