@@ -702,7 +702,7 @@ def _warnings(
     strategies: Sequence[Strategy],
     profile_choice,
 ) -> list[str]:
-    warnings = []
+    warnings = [model_layers.seq_warning] if model_layers.seq_warning else []
     capability = _detect_capability() if device_capability == "detect" else device_capability
     if capability is not None and tuple(capability) < MIN_FP8_CAPABILITY:
         warnings.append(

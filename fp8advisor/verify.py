@@ -757,7 +757,12 @@ def verify(
         differences=tuple(_ordered(differences)),
         execution=step.execution,
         sqnr_threshold_db=sqnr_threshold_db,
-        notes=tuple(dict.fromkeys((*config.notes, *model_layers.notes, *step.notes))),
+        notes=tuple(
+            dict.fromkeys(
+                (*config.notes, *model_layers.notes, *step.notes)
+                + ((model_layers.seq_warning,) if model_layers.seq_warning else ())
+            )
+        ),
     )
 
 

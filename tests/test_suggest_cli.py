@@ -301,3 +301,22 @@ def test_help_has_no_bool_metavars_or_cut_choices(command):
     if command == []:  # every command's summary whole, not cut with "..."
         listed = lines[lines.index("Commands:") + 1 :]
         assert len(listed) == 5 and not any(line.rstrip().endswith("...") for line in listed), listed
+
+
+def test_seq_longer_than_the_model_takes_is_a_suggest_warning(fake_world, monkeypatch):
+    import fp8advisor.layers
+
+    real = fp8advisor.layers.inspect_model
+
+    def with_limit(target, **kwargs):
+        from dataclasses import replace
+
+        return replace(real(target, **kwargs), max_positions=(4096, "config.max_position_embeddings"))
+
+    monkeypatch.setattr(fp8advisor.layers, "inspect_model", with_limit)
+    warnings = json.loads(_run("llama80.py", "--seq", "8192", "--json").stdout)["warnings"]
+    assert any(
+        w.startswith("--seq 8192 is longer than the model's maximum positions (4096") for w in warnings
+    )
+    warnings = json.loads(_run("llama80.py", "--seq", "4096", "--json").stdout)["warnings"]
+    assert not any("maximum positions" in w for w in warnings)

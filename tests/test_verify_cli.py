@@ -203,3 +203,11 @@ def test_advice_settings_read_every_header_value(tmp_path):
     settings, message = advice_settings(path, batch=4, profile="other", min_speedup=1.2)
     assert (settings.profile, settings.min_speedup, settings.seq) == ("other", 1.2, 2048)
     assert "--profile other (header: my dir/mine.json), --min-speedup 1.2 (header: 1.05)" in message
+
+
+def test_filter_fqns_says_what_it_means(tiny, tmp_path):
+    from fp8advisor.formats import FILTER_FQNS_MEANING
+
+    result = invoke(tiny, "--config", config(tmp_path, ["gate", "spare"]), "--seq", "256")
+    text = " ".join(result.stdout.split())
+    assert text.count(FILTER_FQNS_MEANING) == 1 and "filter_fqns (2 entries)" in text

@@ -53,6 +53,8 @@ def layers(
     for footnote in footnotes:
         console.print(footnote)
     console.print(summary_line(inspected))
+    if inspected.seq_warning:
+        console.print(Text("warning: ", style="yellow") + Text(inspected.seq_warning), soft_wrap=True)
     for note in inspected.notes:
         console.print(Text(f"note: {note}", style="dim"))
 
