@@ -321,6 +321,8 @@ def _print_brief(advice: Advice) -> None:
         f"{advice.proof_line()}",
         soft_wrap=True,
     )
+    if not advice.convert_fqns:
+        err_console.print(Text("nothing is worth converting: the config leaves FP8 off", style="yellow"))
     for warning in advice.warnings:
         err_console.print(Text("warning: ", style="yellow") + Text(warning), soft_wrap=True)
 
