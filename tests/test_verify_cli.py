@@ -211,3 +211,22 @@ def test_filter_fqns_says_what_it_means(tiny, tmp_path):
     result = invoke(tiny, "--config", config(tmp_path, ["gate", "spare"]), "--seq", "256")
     text = " ".join(result.stdout.split())
     assert text.count(FILTER_FQNS_MEANING) == 1 and "filter_fqns (2 entries)" in text
+
+
+def test_names_of_a_moe_model_stay_whole_at_80_columns(tmp_path):
+    """Names as long as a MoE's (`layers.{0..1}.moe.shared_experts.w1`) fit on their row at 80 columns."""
+    from _verify_helpers import TINY_MODEL
+
+    model = tmp_path / "named.py"
+    model.write_text(TINY_MODEL.replace("blocks", "decoder_blocks_of_moe_x"))
+    result = runner.invoke(
+        app,
+        ["verify", str(model), "--config", config(tmp_path, ["gate", "spare"]), "--seq", "256"],
+        env={"COLUMNS": "80"},
+    )
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.output.splitlines() if line.startswith("decoder_blocks")]
+    assert {row[0] for row in rows} == {
+        f"decoder_blocks_of_moe_x.{{0..1}}.{name}" for name in ("up", "down", "gate", "spare")
+    }
+    assert all(row[-1] == "ok" for row in rows)

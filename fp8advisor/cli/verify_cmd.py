@@ -139,8 +139,9 @@ def _print_report(report, from_header: tuple[str, ...] = ()) -> None:
         soft_wrap=True,
     )
     lines = [
-        f"config:  FP8 {'on' if config.enabled else 'OFF'}, recipe {report.recipe.value}, rule: "
-        f"{config.rule}",
+        # with FP8 off the recipe is the framework's default, which trains nothing: not worth a word
+        f"config:  FP8 {f'on, recipe {report.recipe.value}' if config.enabled else 'OFF'}, "
+        f"rule: {config.rule}",
         f"advice:  profile {report.profile}, batch {report.batch} x seq {report.seq}, "
         f"min speedup {report.min_speedup:g}"
         + (
@@ -156,7 +157,8 @@ def _print_report(report, from_header: tuple[str, ...] = ()) -> None:
         from fp8advisor.configs import AUTO_FILTER_FLAG
 
         entries = [entry for entry in config.filter_fqns if entry != AUTO_FILTER_FLAG]
-        lines.insert(1, f"         filter_fqns ({len(entries)} entries) {FILTER_FQNS_MEANING}")
+        count = f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}"
+        lines.insert(1, f"         filter_fqns ({count}) {FILTER_FQNS_MEANING}")
     for line in lines:
         console.print(line, soft_wrap=True)
     for note in report.notes:
@@ -164,7 +166,12 @@ def _print_report(report, from_header: tuple[str, ...] = ()) -> None:
 
     rows = _group(report)
     table = Table(
-        title="Layers (repeated blocks folded)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+        title="Layers (repeated blocks folded)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=0,  # the box's one-space divider separates the columns: more room for the names
+        pad_edge=False,
     )
     # FQNs stay whole while the table fits (people search for them). On a terminal too narrow for them they
     # fold: a no_wrap or min_width name column would push the check column off the right edge instead.
