@@ -89,8 +89,7 @@ def render_table(inspected: ModelLayers, *, group: bool = True) -> tuple[Table, 
         box=box.SIMPLE_HEAD,
         show_edge=False,
         pad_edge=False,
-        padding=(0, 1),
-        collapse_padding=True,
+        padding=0,  # the box's one-space divider separates the columns: more room for the names
     )
     footnotes: list[str] = []
     marks = []
