@@ -289,7 +289,7 @@ def test_example_models_every_format_converts_the_advice(tmp_path, inspected, na
     assert substring_result == advised - advice.filter_list.demoted
     assert advice.filter_list.exact == (substring_result == advised)
     if not advised:  # nothing pays (the ViT at 256 tokens): the files leave FP8 off (tested below)
-        assert all("FP8 left off" in render(advice, fmt, request) for fmt in FILE_FORMATS)
+        assert all("FP8 left off" in render(advice, fmt, request) for fmt in SWITCHED_OFF_FORMATS)
         return
     parsed = {
         "torchtitan-toml": lambda t: tomllib.loads(t)["quantize"]["linear"]["float8"]["filter_fqns"],
@@ -322,6 +322,17 @@ def test_exact_filters_name_a_shared_module_under_each_of_its_names():
         assert _exact_set(text) == {"blocks.0.shared", "blocks.1.shared"}, fmt
 
 
+#: The formats that leave FP8 off when nothing is worth converting (the filter list says so in a comment).
+SWITCHED_OFF_FORMATS = [
+    ConfigFormat.TORCHTITAN_TOML,
+    ConfigFormat.TORCHTITAN_PY,
+    ConfigFormat.NEMO_AUTOMODEL,
+    ConfigFormat.ACCELERATE,
+    ConfigFormat.TORCHAO,
+    ConfigFormat.FILTER,
+]
+
+
 def test_nothing_worth_converting_leaves_fp8_off_and_says_why():
     """No layer reaches the threshold: each format leaves FP8 off (not on with a filter excluding all)."""
     model = llama_layers(1)
@@ -336,7 +347,7 @@ def test_nothing_worth_converting_leaves_fp8_off_and_says_why():
     )
     assert advice.convert_fqns == ()
     request = Request("m.py", 1, 8192, recipe="rowwise", min_speedup=50.0)
-    texts = {fmt: render(advice, fmt, request) for fmt in FILE_FORMATS}
+    texts = {fmt: render(advice, fmt, request) for fmt in SWITCHED_OFF_FORMATS}
     for fmt, text in texts.items():
         why = text.splitlines()[3]
         assert why.startswith("# FP8 left off: nothing is worth converting") and "50.00x" in why, fmt
