@@ -229,7 +229,10 @@ class Advice:
                 "linear_layers": len(self.linear_fqns),
                 "runs_in_forward": sum(1 for layer in self.layers if layer.counts_in_linear_time),
                 "converted": len(self.convert_fqns),
-                "strategies": {s.name: s.to_json() for s in self.strategies},
+                "strategies": {
+                    s.name: {**s.to_json(), "provenance": self.figures_provenance(s.converted)}
+                    for s in self.strategies
+                },
                 "filter": {
                     "exact": self.filter_list.exact,
                     "shortest": self.filter_list.shortest,

@@ -261,6 +261,8 @@ def test_modelled_figures_are_marked_in_every_table(fake_world):
     rows = [line for line in lines if not line.startswith(("recipe:", "Layers:", "break-even", "warning"))]
     speedups = [word for line in rows for word in line.split() if re.fullmatch(r"\d+\.\d+x[*~]*", word)]
     assert len(speedups) > 10 and all("~" in word for word in speedups), speedups
+    document = json.loads(_run(LLAMA, "--seq", "2048", "--json").stdout)
+    assert {s["provenance"] for s in document["summary"]["strategies"].values()} == {"modelled"}
     legends = [line for line in lines if line.startswith("~ modelled")]
     assert len(legends) == 4  # layers, strategies, recipes considered, training step
 
