@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -300,16 +301,19 @@ _LEGEND = (
 )
 
 
+def _modelled(provenance: str | None) -> bool:
+    """Figures neither measured nor published (the roofline model, or emulated): the ones to set apart."""
+    return provenance is not None and provenance not in ("measured", "published")
+
+
 def _marked(text: str, provenance: str | None) -> str:
-    """`text` with MODELLED_MARK when the figures it rests on are neither measured nor published."""
-    weak = provenance is not None and provenance not in ("measured", "published")
-    return text + MODELLED_MARK if weak else text
+    """`text` with MODELLED_MARK when the figures it rests on are `_modelled`."""
+    return text + MODELLED_MARK if _modelled(provenance) else text
 
 
-def _print_legend(table: Table) -> None:
-    """The modelled mark's legend under a table that shows it."""
-    cells = [str(cell) for column in table.columns for cell in column._cells]
-    if any(cell.endswith(MODELLED_MARK) or f"{MODELLED_MARK}*" in cell for cell in cells):
+def _print_legend(provenances: Iterable[str | None]) -> None:
+    """The mark's legend, under a table whose figures (of these provenances) carry it."""
+    if any(_modelled(provenance) for provenance in provenances):
         console.print(Text(_LEGEND, style="dim"))
 
 
@@ -383,7 +387,7 @@ def _print_report(advice: Advice) -> None:
     console.print(table)
     for number, reason in enumerate(footnotes, start=1):
         console.print(f"[{number}] {reason}", markup=False, highlight=False, soft_wrap=True)
-    _print_legend(table)
+    _print_legend(layer.provenance for layer in advice.layers)
     if tp > 1:
         console.print(
             Text(
@@ -410,7 +414,7 @@ def _print_report(advice: Advice) -> None:
         speedup = _marked(_speedup(strategy.predicted_speedup), advice.figures_provenance(strategy.converted))
         summary.add_row(strategy.label, str(len(strategy.converted)), speedup, strategy.note)
     console.print(summary)
-    _print_legend(summary)
+    _print_legend(advice.figures_provenance(strategy.converted) for strategy in advice.strategies)
 
     if advice.recipe_options:
         options = Table(
@@ -430,7 +434,7 @@ def _print_report(advice: Advice) -> None:
                 _marked(_speedup(option.predicted_speedup), option.provenance),
             )
         console.print(options)
-        _print_legend(options)
+        _print_legend(option.provenance for option in advice.recipe_options)
 
     fl = advice.filter_list
     console.print(
@@ -537,7 +541,7 @@ def _print_step(step, advice: Advice) -> None:
             speedup,
         )
     console.print(table)
-    _print_legend(table)
+    _print_legend(prediction.speedup_provenance for prediction in step.predictions)
 
     advice_step = step.prediction("advice")
     terms = Table(
