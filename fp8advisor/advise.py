@@ -68,6 +68,8 @@ class LayerAdvice:
     bf16_provenance: str | None = None  # of the bf16 time: measured kernel times, or the roofline (modelled)
     aliases: tuple[str, ...] = ()  # other names of the same module (GemmLayer.aliases)
     decided_by: str = "profile"  # or "measured in context" (fp8advisor.measured)
+    #: With tensor parallelism: the (K, N) slice of one GPU that the prediction is for (`_predict_layer`)
+    shard: tuple[int, int] | None = None
 
     @property
     def counts_in_linear_time(self) -> bool:
@@ -88,7 +90,13 @@ class LayerAdvice:
             "provenance": self.provenance,
             "how": self.how,
             "decided_by": self.decided_by,
+            "shard": None if self.shard is None else self.shard_json(),
         }
+
+    def shard_json(self) -> dict:
+        assert self.shard is not None
+        K, N = self.shard
+        return {"K": K, "N": N, "split": "K" if K != self.K else "N"}
 
 
 @dataclass(frozen=True)
@@ -178,6 +186,12 @@ class Advice:
     def linear_fqns(self) -> tuple[str, ...]:
         return tuple(layer.fqn for layer in self.layers if layer.is_linear)
 
+    def figures_provenance(self, fqns) -> str | None:
+        """The weakest provenance of the speedup figures of the layers `fqns` (None: no figure among them)."""
+        wanted = set(fqns)
+        found = {layer.provenance for layer in self.layers if layer.fqn in wanted and layer.provenance}
+        return weakest_provenance(found) if found else None
+
     def strategy(self, name: str) -> Strategy:
         return next(s for s in self.strategies if s.name == name)
 
@@ -215,7 +229,10 @@ class Advice:
                 "linear_layers": len(self.linear_fqns),
                 "runs_in_forward": sum(1 for layer in self.layers if layer.counts_in_linear_time),
                 "converted": len(self.convert_fqns),
-                "strategies": {s.name: s.to_json() for s in self.strategies},
+                "strategies": {
+                    s.name: {**s.to_json(), "provenance": self.figures_provenance(s.converted)}
+                    for s in self.strategies
+                },
                 "filter": {
                     "exact": self.filter_list.exact,
                     "shortest": self.filter_list.shortest,
@@ -286,16 +303,17 @@ _HOW_RANK = {"interpolated": 0, "modelled": 1, "extrapolated": 2}
 
 def _predict_layer(
     layer: GemmLayer, recipe: Recipe, predictor: Predictor, tensor_parallel: int
-) -> tuple[float, float, str, str, str]:
-    """(bf16 seconds, float8 seconds, provenance, how, bf16 provenance) summed over the layer's calls.
+) -> tuple[float, float, str, str, str, tuple[int, int]]:
+    """(bf16 seconds, float8 seconds, provenance, how, bf16 provenance) summed over the layer's calls, and the
+    (K, N) they are for.
 
     With tensor parallelism each GPU multiplies a 1/tp slice of K (row-parallel) or of N (column-parallel);
-    which one is not known here, so both are predicted and the slower float8 outcome is kept.
+    which one is not known here, so both are predicted and the slower float8 outcome (and its slice) is kept.
     """
     shapes = [(layer.K, layer.N)]
     if tensor_parallel > 1:
         shapes = [(layer.K // tensor_parallel, layer.N), (layer.K, layer.N // tensor_parallel)]
-    worst: tuple[float, float, str, str, str] | None = None
+    worst: tuple[float, float, str, str, str, tuple[int, int]] | None = None
     for K, N in shapes:
         bf16 = float8 = 0.0
         provenances: set[str] = set()
@@ -311,7 +329,7 @@ def _predict_layer(
         provenance = weakest_provenance(provenances)
         how = max(hows, key=lambda h: _HOW_RANK.get(h, 9))
         if worst is None or bf16 / float8 < worst[0] / worst[1]:
-            worst = (bf16, float8, provenance, how, weakest_provenance(bf16_provenances))
+            worst = (bf16, float8, provenance, how, weakest_provenance(bf16_provenances), (K, N))
     assert worst is not None
     return worst
 
@@ -347,7 +365,7 @@ def decide_layers(
         if not layer.M_per_call or not all(m > 0 for m in layer.M_per_call):
             decided.append(LayerAdvice(convert=False, reason="no rows multiplied", **common))
             continue
-        bf16, float8, provenance, how, bf16_provenance = _predict_layer(
+        bf16, float8, provenance, how, bf16_provenance, shape = _predict_layer(
             layer, recipe, predictor, tensor_parallel
         )
         speedup = bf16 / float8
@@ -357,6 +375,7 @@ def decide_layers(
             provenance=provenance,
             how=how,
             bf16_provenance=bf16_provenance,
+            shard=shape if tensor_parallel > 1 else None,
         )
         sharded = [(layer.K // tensor_parallel, layer.N), (layer.K, layer.N // tensor_parallel)]
         if not dims_divisible_by_16(layer.K, layer.N):
@@ -686,7 +705,7 @@ def _warnings(
     strategies: Sequence[Strategy],
     profile_choice,
 ) -> list[str]:
-    warnings = []
+    warnings = [model_layers.seq_warning] if model_layers.seq_warning else []
     capability = _detect_capability() if device_capability == "detect" else device_capability
     if capability is not None and tuple(capability) < MIN_FP8_CAPABILITY:
         warnings.append(

@@ -275,6 +275,15 @@ def detect_framework(path: Path, text: str) -> ConfigFormat:
             return ConfigFormat.ACCELERATE
         if "convert_to_float8_training" in called:
             return ConfigFormat.TORCHAO
+        # No float8 set-up: a file that trains in bf16 (what `suggest` writes when nothing is worth
+        # converting). Its framework, from what it calls or imports, else from the header `suggest` wrote.
+        if "Accelerator" in called:
+            return ConfigFormat.ACCELERATE
+        if any(_imports_from(node, "torchtitan") for node in ast.walk(tree)):
+            return ConfigFormat.TORCHTITAN_PY
+        written = _format_in_header(text)
+        if written in (ConfigFormat.TORCHAO, ConfigFormat.ACCELERATE, ConfigFormat.TORCHTITAN_PY):
+            return written
         raise ConfigError(
             f"{path} sets up no float8 training this tool can read",
             hint="expected Float8LinearConverter.Config(...) (torchtitan 0.3), AORecipeKwargs(...) "
@@ -286,6 +295,37 @@ def detect_framework(path: Path, text: str) -> ConfigFormat:
         hint="give a torchtitan .toml, a NeMo AutoModel .yaml, a Python config (torchtitan 0.3, "
         "accelerate, torchao) "
         "or a filter list (.yaml/.json)",
+    )
+
+
+def _imports_from(node: ast.AST, package: str) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        return (node.module or "").split(".")[0] == package
+    if isinstance(node, ast.Import):
+        return any(alias.name.split(".")[0] == package for alias in node.names)
+    return False
+
+
+def _format_in_header(text: str) -> ConfigFormat | None:
+    """The `--format` in the header `fp8advisor suggest` wrote (`emit.header_lines`), if any."""
+    from fp8advisor.emit import read_header  # the writer knows its header
+
+    header = read_header(text)
+    return header.format if header is not None else None
+
+
+def _fp8_off(framework: ConfigFormat, path: Path, recipe: Recipe, missing: str) -> FrameworkConfig:
+    """A Python config with no float8 set-up: the framework trains every layer in bf16. `recipe` is the
+    framework's default, never used (nothing converts)."""
+    return FrameworkConfig(
+        framework,
+        path,
+        False,
+        recipe,
+        None,
+        f"none: no {missing}(...) in the file",
+        None,
+        (f"FP8 is off: no {missing}(...) in the file",),
     )
 
 
@@ -458,7 +498,7 @@ def _read_nemo(path: Path, text: str, default_recipe: Recipe | None) -> Framewor
         notes.append("FP8 is off: fp8.enabled is not true (NeMo AutoModel's default is false)")
     recipe_name = section.get("recipe_name")
     recipe = _recipe(recipe_name, path, "fp8.recipe_name") if recipe_name is not None else Recipe.TENSORWISE
-    if recipe_name is None:
+    if recipe_name is None and enabled:
         notes.append("fp8.recipe_name is null: tensorwise, and NeMo skips the FSDP scale precompute")
     raw_entries = section.get("filter_fqns")
     if isinstance(raw_entries, str):
@@ -554,8 +594,12 @@ def _call_name(node: ast.Call) -> str:
     return parts[-1] if parts else ""
 
 
+def _calls_named(tree: ast.Module, name: str) -> list[ast.Call]:
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Call) and _call_name(node) == name]
+
+
 def _single_call(tree: ast.Module, name: str, path: Path) -> ast.Call:
-    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call) and _call_name(node) == name]
+    calls = _calls_named(tree, name)
     if not calls:
         raise ConfigError(f"no {name}(...) call", location=str(path))
     if len(calls) > 1:
@@ -614,6 +658,8 @@ def _resolve_name(node: ast.expr | None, tree: ast.Module) -> ast.expr | None:
 
 def _read_torchtitan_py(path: Path, text: str, default_recipe: Recipe | None) -> FrameworkConfig:
     tree = _parse_python(path, text)
+    if not _calls_named(tree, "Float8LinearConverter.Config"):
+        return _fp8_off(ConfigFormat.TORCHTITAN_PY, path, Recipe.ROWWISE, "Float8LinearConverter.Config")
     call = _single_call(tree, "Float8LinearConverter.Config", path)
     if call.args:
         raise ConfigError(
@@ -684,6 +730,8 @@ def _read_torchao(
     path: Path, text: str, default_recipe: Recipe | None, *, trust_config: bool = False
 ) -> FrameworkConfig:
     tree = _parse_python(path, text)
+    if not _calls_named(tree, "convert_to_float8_training"):
+        return _fp8_off(ConfigFormat.TORCHAO, path, Recipe.TENSORWISE, "convert_to_float8_training")
     call = _single_call(tree, "convert_to_float8_training", path)
     recipe = _recipe_from_python(_keyword(call, "config"), tree, path)
     filter_node = _keyword(call, "module_filter_fn")
@@ -710,15 +758,16 @@ def _read_accelerate(
     path: Path, text: str, default_recipe: Recipe | None, *, trust_config: bool = False
 ) -> FrameworkConfig:
     tree = _parse_python(path, text)
+    accelerators = _calls_named(tree, "Accelerator")
+    precisions = [_keyword(node, "mixed_precision") for node in accelerators]
+    literal_precisions = [p.value for p in precisions if isinstance(p, ast.Constant)]
+    if not _calls_named(tree, "AORecipeKwargs") and literal_precisions and "fp8" not in literal_precisions:
+        off = _fp8_off(ConfigFormat.ACCELERATE, path, Recipe.TENSORWISE, "AORecipeKwargs")
+        return replace(off, notes=(f"FP8 is off: Accelerator(mixed_precision={literal_precisions[0]!r})",))
     call = _single_call(tree, "AORecipeKwargs", path)
     recipe = _recipe_from_python(_keyword(call, "config"), tree, path)
     notes: list[str] = []
     enabled = True
-    accelerators = [
-        node for node in ast.walk(tree) if isinstance(node, ast.Call) and _call_name(node) == "Accelerator"
-    ]
-    precisions = [_keyword(node, "mixed_precision") for node in accelerators]
-    literal_precisions = [p.value for p in precisions if isinstance(p, ast.Constant)]
     if literal_precisions and "fp8" not in literal_precisions:
         enabled = False
         notes.append(f"FP8 is off: Accelerator(mixed_precision={literal_precisions[0]!r}), not 'fp8'")

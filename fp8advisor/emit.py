@@ -22,6 +22,13 @@ Formats (`--format`):
                     flags to pass and, for older versions, the positional `--first-last-layers-bf16` flags
                     and what they lose, in its comments. tensorwise only (TE has no rowwise recipe).
 
+When the advice converts nothing, the files leave FP8 off instead of enabling it with a filter that excludes
+every layer (`FP8_OFF_RENDERERS`): torchtitan-toml without the float8 converter, torchtitan-py without
+`Float8LinearConverter`, NeMo AutoModel `fp8: enabled: false`, accelerate `mixed_precision="bf16"`, torchao
+without `convert_to_float8_training`. The header says why. The bare filter list has no switch: it still keeps
+every layer in bf16, and its header says to leave FP8 off. `verify` reads all of them back as FP8 off, which
+is then the advised outcome.
+
 The substring formats carry `Advice.filter_fqns`, proven by simulation to convert the advised set (or the safe
 subset when no list can be exact). The two Python formats carry an exact filter: a top-level function testing
 `fqn in FLOAT8_LAYERS`, a sorted literal frozenset of the advised FQNs, so they convert exactly the advice.
@@ -129,11 +136,13 @@ def header_lines(advice: Advice, request: Request, fmt: ConfigFormat, what: str 
             f"decided in context: {len(advice.profile_decisions)} layers, from {advice.in_context.source}"
         )
     pinned = pinned_command(request, advice, fmt)
-    lines.append(f"check in CI: {pinned} --check <this file>")
+    lines.append(f"{_CHECK_PREFIX}{pinned} --check <this file>")
     return lines
 
 
 def _what_it_converts(advice: Advice, fmt: ConfigFormat) -> str:
+    if not advice.convert_fqns:
+        return f"FP8 left off: {fp8_off_reason(advice)}"
     fl = advice.filter_list
     if fmt in (ConfigFormat.TORCHAO, ConfigFormat.ACCELERATE):
         return f"converts exactly the {len(advice.convert_fqns)} advised Linear layers (exact module filter)"
@@ -144,6 +153,68 @@ def _what_it_converts(advice: Advice, fmt: ConfigFormat) -> str:
         "advised layers; "
         f"no substring list can be exact, {len(fl.demoted)} kept in bf16 (see fp8advisor suggest)"
     )
+
+
+def fp8_off_reason(advice: Advice) -> str:
+    """Why the advice converts nothing, in one clause for the header of a file that leaves FP8 off."""
+    timed = [layer for layer in advice.layers if layer.counts_in_linear_time]
+    if not timed:
+        return "nothing is worth converting: no Linear float8 could convert runs in the forward"
+    best = max(timed, key=lambda layer: layer.predicted_speedup or 0.0)
+    return (
+        f"nothing is worth converting: no layer is predicted to reach {advice.min_speedup:.2f}x with "
+        f"{advice.recipe.value} (best: {best.fqn} at {best.predicted_speedup:.2f}x); train in bf16"
+    )
+
+
+@dataclass(frozen=True)
+class SuggestHeader:
+    """What the header of a file `suggest` wrote says about the advice it holds (`read_header`)."""
+
+    batch: int
+    seq: int
+    recipe: str  # the recipe the advice used (chosen by "auto" or typed)
+    profile: str | None  # as the check command pins it: typed with --profile, else the one chosen
+    min_speedup: float
+    format: ConfigFormat | None
+
+
+_CHECK_PREFIX = "check in CI: "
+
+
+def read_header(text: str) -> SuggestHeader | None:
+    """The settings in the comment header `header_lines` wrote at the top of `text`; None when the text has no
+    such header (a hand-written file, a JSON filter list) or it cannot be read."""
+    import shlex
+
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line[1:].strip())
+    if not lines or not lines[0].startswith(GENERATED_MARK):
+        return None
+    recipe_line = next((line for line in lines if line.startswith("recipe: ")), None)
+    command = next((line for line in lines if line.startswith(_CHECK_PREFIX)), None)
+    if recipe_line is None or command is None:
+        return None
+    try:
+        words = shlex.split(command[len(_CHECK_PREFIX) :])
+    except ValueError:
+        return None
+    options = {word: value for word, value in zip(words, words[1:], strict=False) if word.startswith("--")}
+    try:
+        fmt = ConfigFormat(options["--format"]) if "--format" in options else None
+        return SuggestHeader(
+            batch=int(options["--batch"]),
+            seq=int(options["--seq"]),
+            recipe=recipe_line.split()[1],
+            profile=options.get("--profile"),
+            min_speedup=float(options.get("--min-speedup", DEFAULT_MIN_SPEEDUP)),
+            format=fmt,
+        )
+    except (KeyError, ValueError, IndexError):
+        return None
 
 
 def pinned_command(request: Request, advice: Advice, fmt: ConfigFormat, output: str | None = None) -> str:
@@ -181,6 +252,8 @@ def render(
     if fmt is ConfigFormat.MEGATRON:
         return _megatron(advice, request, predictor)
     header = header_lines(advice, request, fmt)
+    if not advice.convert_fqns and fmt in FP8_OFF_RENDERERS:
+        return FP8_OFF_RENDERERS[fmt](header)
     if fmt is ConfigFormat.TORCHTITAN_TOML:
         return _torchtitan_toml(advice, header)
     if fmt is ConfigFormat.TORCHTITAN_PY:
@@ -476,8 +549,96 @@ def _filter(advice: Advice, header: list[str], *, as_json: bool) -> str:
     if as_json:
         return json.dumps(entries, indent=2) + "\n"  # JSON has no comments: the bare list only
     note = ["filter_fqns: keep in bf16 every nn.Linear whose FQN contains an entry (substring match)."]
+    if not advice.convert_fqns:
+        note.append("This list keeps every layer in bf16: better leave FP8 off in the config that uses it.")
     body = yaml.safe_dump(entries, default_flow_style=False, width=1000) if entries else "[]\n"
     return _comment(header) + _comment(note) + body
+
+
+# --- FP8 off: nothing is worth converting ---------------------------------------------------------------
+# Each leaves out what switches float8 on in its framework; `fp8advisor.configs` reads each back as FP8 off.
+
+_OFF = "FP8 off: nothing is worth converting (see the header), so nothing here enables it."
+
+
+def _torchtitan_toml_off(header: list[str]) -> str:
+    notes = [
+        "torchtitan 0.2.x job config. " + _OFF,
+        'Leave "quantize.linear.float8" out of [model] converters and train in bf16.',
+    ]
+    return _comment(header) + _comment(notes)
+
+
+def _torchtitan_py_off(header: list[str]) -> str:
+    return (
+        _comment(header)
+        + '"""A torchtitan 0.3 recipe function without float8: fp8advisor advised no layer.\n'
+        + "\n"
+        + "Edit the two imports marked EDIT (your model's registry and base recipe) and FLAVOR. "
+        + _OFF
+        + "\n"
+        + '"""\n'
+        + "\n"
+        + "from torchtitan.models.llama3 import model_registry  # EDIT: your model's registry\n"
+        + "from torchtitan.models.llama3.config_registry import llama3_8b as base_recipe"
+        + "  # EDIT: your base recipe\n"
+        + "from torchtitan.trainer import Trainer\n"
+        + "\n"
+        + 'FLAVOR = "8B"  # EDIT: your model flavor\n'
+        + "\n"
+        + "\n"
+        + "def float8_advised() -> Trainer.Config:\n"
+        + "    config = base_recipe()\n"
+        + "    config.model_spec = model_registry(FLAVOR)  # no Float8LinearConverter: bf16\n"
+        + "    return config\n"
+    )
+
+
+def _nemo_automodel_off(header: list[str]) -> str:
+    notes = ["NeMo AutoModel: merge the fp8: section into your recipe YAML. " + _OFF]
+    body = yaml.safe_dump({"fp8": {"enabled": False}}, sort_keys=False, default_flow_style=False)
+    return _comment(header) + _comment(notes) + body
+
+
+def _accelerate_off(header: list[str]) -> str:
+    return (
+        _comment(header)
+        + '"""accelerate in bf16: fp8advisor advised no layer for float8. '
+        + _OFF
+        + '"""\n'
+        + "\n"
+        + "from accelerate import Accelerator\n"
+        + "\n"
+        + 'accelerator = Accelerator(mixed_precision="bf16")\n'
+    )
+
+
+def _torchao_off(header: list[str]) -> str:
+    return (
+        _comment(header)
+        + '"""No torchao float8: fp8advisor advised no layer. '
+        + _OFF
+        + "\n"
+        + "\n"
+        + "convert_model(model) returns the model compiled, in bf16, so that the call site stays the same.\n"
+        + '"""\n'
+        + "\n"
+        + "import torch\n"
+        + "\n"
+        + "\n"
+        + "def convert_model(model: torch.nn.Module) -> torch.nn.Module:\n"
+        + "    return torch.compile(model)  # no convert_to_float8_training: bf16\n"
+    )
+
+
+#: The file of each format that leaves FP8 off (the bare filter list has no switch: not here).
+FP8_OFF_RENDERERS = {
+    ConfigFormat.TORCHTITAN_TOML: _torchtitan_toml_off,
+    ConfigFormat.TORCHTITAN_PY: _torchtitan_py_off,
+    ConfigFormat.NEMO_AUTOMODEL: _nemo_automodel_off,
+    ConfigFormat.ACCELERATE: _accelerate_off,
+    ConfigFormat.TORCHAO: _torchao_off,
+}
 
 
 def write(path: str | Path, text: str) -> Path:
@@ -532,8 +693,11 @@ __all__ = [
     "Request",
     "pinned_command",
     "check",
+    "fp8_off_reason",
+    "SuggestHeader",
     "header_lines",
     "parse_format",
+    "read_header",
     "read_committed",
     "render",
     "write",

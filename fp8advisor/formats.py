@@ -74,6 +74,9 @@ SUBSTRING_FORMATS: frozenset[ConfigFormat] = frozenset(
     }
 )
 
+#: What a filter_fqns list means, in the words the terminal prints beside one (suggest, verify).
+FILTER_FQNS_MEANING = "keeps in bf16 every nn.Linear whose FQN contains an entry (substring match)"
+
 #: The formats a file holds: what `suggest --format` writes and `verify --config` reads.
 FILE_FORMATS: tuple[ConfigFormat, ...] = tuple(fmt for fmt in ConfigFormat if fmt.has_file)
 
@@ -90,4 +93,4 @@ def parse_format(name: str | ConfigFormat) -> ConfigFormat:
     return fmt
 
 
-__all__ = ["FILE_FORMATS", "SUBSTRING_FORMATS", "ConfigFormat", "parse_format"]
+__all__ = ["FILE_FORMATS", "FILTER_FQNS_MEANING", "SUBSTRING_FORMATS", "ConfigFormat", "parse_format"]

@@ -91,6 +91,19 @@ class ModelLayers:
     census: OpCensus | None = None  # what else the same forward runs (attention, memory-bound regions)
     # parameters of the model, a shared one once: what the optimizer and FSDP move
     parameter_count: int = 0
+    #: the longest sequence the model says it takes, and where it says so (`max_positions`); None: unknown
+    max_positions: tuple[int, str] | None = None
+
+    @property
+    def seq_warning(self) -> str | None:
+        """A warning when `seq` exceeds the model's maximum positions; None when it does not, or unknown."""
+        if self.max_positions is None or self.seq <= self.max_positions[0]:
+            return None
+        limit, where = self.max_positions
+        return (
+            f"--seq {self.seq} is longer than the model's maximum positions ({limit}, its {where}): "
+            "it was not built for such sequences; check --seq"
+        )
 
     @property
     def tokens(self) -> int:
@@ -110,6 +123,7 @@ class ModelLayers:
             "notes": list(self.notes),
             "census": self.census.to_json() if self.census is not None else None,
             "parameter_count": self.parameter_count,
+            "max_positions": None if self.max_positions is None else self.max_positions[0],
         }
 
 
@@ -611,7 +625,25 @@ def inspect_loaded(loaded, *, batch: int = 1, seq: int = 8192, debug: bool = Fal
         notes=tuple(notes),
         census=census,
         parameter_count=sum(parameter.numel() for parameter in model.parameters()),
+        max_positions=max_positions(model),
     )
+
+
+#: Where models say how long a sequence they take: a Hugging Face config, or the args object of a Python
+#: model (torchtitan's `model_args.max_seq_len`, Meta's `params.max_seq_len`, ...).
+_POSITION_HOLDERS = ("config", "args", "model_args", "params")
+_POSITION_NAMES = ("max_position_embeddings", "max_seq_len", "max_seq_length")
+
+
+def max_positions(model) -> tuple[int, str] | None:
+    """(the longest sequence `model` says it takes, the attribute saying so), or None when it does not say."""
+    for holder in _POSITION_HOLDERS:
+        args = getattr(model, holder, None)
+        for name in _POSITION_NAMES:
+            value = getattr(args, name, None) if args is not None else None
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value, f"{holder}.{name}"
+    return None
 
 
 def _build_layers(

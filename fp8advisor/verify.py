@@ -592,6 +592,71 @@ def _unused_entries(config: FrameworkConfig, linear_fqns: Sequence[str]) -> list
     return [entry for entry in entries if not any(entry in fqn for fqn in linear_fqns)]
 
 
+@dataclass(frozen=True)
+class AdviceSettings:
+    """The batch, seq, recipe, profile and min speedup `verify` advises with (`advice_settings`)."""
+
+    batch: int = 1
+    seq: int = 8192
+    recipe: str | None = None  # None: the one the config names
+    profile: str | None = None  # None: chosen as suggest chooses it
+    min_speedup: float | None = None  # None: the default
+    from_header: tuple[str, ...] = ()  # the names of the settings read from the config's header
+
+
+def advice_settings(
+    config_path: str | Path,
+    *,
+    batch: int | None = None,
+    seq: int | None = None,
+    recipe: str | None = None,
+    profile: str | None = None,
+    min_speedup: float | None = None,
+) -> tuple[AdviceSettings, str | None]:
+    """The settings to advise with: each given on the command line (not None), else the one in the header
+    `fp8advisor suggest` wrote into the config (`emit.read_header`), else the default. Also one line saying
+    where the command line disagrees with the header (the command line wins), or None. A file without such a
+    header (or none at all: `read_config` reports that) gives the command line and the defaults."""
+    from fp8advisor.emit import read_header
+
+    try:
+        header = read_header(Path(config_path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        header = None
+    given = {"batch": batch, "seq": seq, "recipe": recipe, "profile": profile, "min_speedup": min_speedup}
+    if header is None:
+        chosen = {name: value for name, value in given.items() if value is not None}
+        return AdviceSettings(**chosen), None
+    written = {
+        "batch": header.batch,
+        "seq": header.seq,
+        "recipe": header.recipe,
+        "profile": header.profile,
+        "min_speedup": header.min_speedup,
+    }
+    chosen, disagreements = {}, []
+    for name, value in given.items():
+        if value is None:
+            chosen[name] = written[name]
+            continue
+        chosen[name] = value
+        if written[name] is not None and value != written[name]:
+            option = "--" + name.replace("_", "-")
+            disagreements.append(f"{option} {_shown(value)} (header: {_shown(written[name])})")
+    from_header = tuple(name for name, value in given.items() if value is None and written[name] is not None)
+    message = None
+    if disagreements:
+        message = (
+            f"the command line differs from the header fp8advisor suggest wrote in {config_path}: "
+            f"{', '.join(disagreements)}; advising with the command line's values"
+        )
+    return AdviceSettings(**chosen, from_header=from_header), message
+
+
+def _shown(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def verify(
     target: str,
     config_path: str | Path,
@@ -633,7 +698,7 @@ def verify(
         config = config.with_recipe(advice.recipe)
     run_recipe = config.recipe
     assert run_recipe is not None
-    differences = _config_differences(config, requested_recipe)
+    differences = _config_differences(config, requested_recipe, advised_any=bool(advice.convert_fqns))
 
     # 2. Which layers the framework converts: torchao's own swap on the real-shaped meta model.
     shapes_model = copy.deepcopy(meta.model)  # meta tensors: no memory; kept unconverted for the shadow
@@ -692,7 +757,12 @@ def verify(
         differences=tuple(_ordered(differences)),
         execution=step.execution,
         sqnr_threshold_db=sqnr_threshold_db,
-        notes=tuple(dict.fromkeys((*config.notes, *model_layers.notes, *step.notes))),
+        notes=tuple(
+            dict.fromkeys(
+                (*config.notes, *model_layers.notes, *step.notes)
+                + ((model_layers.seq_warning,) if model_layers.seq_warning else ())
+            )
+        ),
     )
 
 
@@ -718,10 +788,13 @@ def _advice_for(
     )
 
 
-def _config_differences(config: FrameworkConfig, requested_recipe: Recipe | None) -> list[Difference]:
-    """What differs in the config as a whole: the recipe, and FP8 switched off."""
+def _config_differences(
+    config: FrameworkConfig, requested_recipe: Recipe | None, *, advised_any: bool
+) -> list[Difference]:
+    """What differs in the config as a whole: the recipe, and FP8 switched off while the advice converts
+    some layer (when it converts none, FP8 off is the advised outcome, and the recipe of nothing is moot)."""
     differences = []
-    if requested_recipe is not None and config.recipe is not requested_recipe:
+    if config.enabled and requested_recipe is not None and config.recipe is not requested_recipe:
         assert config.recipe is not None
         differences.append(
             Difference(
@@ -730,7 +803,7 @@ def _config_differences(config: FrameworkConfig, requested_recipe: Recipe | None
                 f"the config trains with {config.recipe.value}, --recipe asks {requested_recipe.value}",
             )
         )
-    if not config.enabled:
+    if not config.enabled and advised_any:
         differences.append(
             Difference(
                 DifferenceKind.FP8_OFF,

@@ -321,3 +321,28 @@ def test_real_predictor_with_a_modelled_profile():
     assert w1.provenance == "modelled" and w1.how == "modelled"
     assert 1 < w1.predicted_speedup < 2.1  # the fp8 peak is twice bf16's
     assert math.isfinite(advice.strategy("advice").predicted_speedup)
+
+
+@pytest.mark.parametrize(
+    "rule, shard, split",
+    [
+        (lambda M, K, N: 1.5 if K >= N else 1.1, (1024, 4096), "K"),  # splitting K gains less
+        (lambda M, K, N: 1.5 if N >= K else 1.1, (4096, 1024), "N"),  # splitting N gains less
+    ],
+)
+def test_tensor_parallel_records_the_slice_it_predicts_for(rule, shard, split):
+    """--tp: each layer keeps the slicing float8 gains less from, and says which (wq: 4096 x 4096, tp 4)."""
+    from _advice_helpers import StubChoice, StubPredictor
+
+    advice = advise(
+        llama_layers(1),
+        StubChoice(),
+        "rowwise",
+        tensor_parallel=4,
+        predictor=StubPredictor(rule=rule),
+        device_capability=None,
+        compare_torchao_auto=False,
+    )
+    wq = next(layer for layer in advice.layers if layer.fqn == "layers.0.attention.wq")
+    assert wq.shard == shard and wq.predicted_speedup == pytest.approx(1.1)
+    assert wq.to_json()["shard"] == {"K": shard[0], "N": shard[1], "split": split}

@@ -675,3 +675,33 @@ def test_decides_is_torchaos_module_filter(tmp_path):
     assert isinstance(model["attention"]["wq"], Float8Linear)
     assert not isinstance(model["output"], Float8Linear)
     assert torch.is_tensor(model["output"].weight)
+
+
+@pytest.mark.parametrize(
+    "text, framework",
+    [
+        (
+            "from torchtitan.trainer import Trainer\n\n"
+            "def recipe() -> Trainer.Config:\n    return Trainer.Config()\n",
+            "torchtitan-py",
+        ),
+        (
+            'from accelerate import Accelerator\n\naccelerator = Accelerator(mixed_precision="bf16")\n',
+            "accelerate",
+        ),
+    ],
+)
+def test_hand_written_python_without_float8_reads_as_fp8_off(tmp_path, text, framework):
+    """No float8 call and no header: the framework from what the file imports or calls, and FP8 off."""
+    path = tmp_path / "train.py"
+    path.write_text(text)
+    config = read_config(path)
+    assert config.framework.value == framework and not config.enabled
+    assert any(note.startswith("FP8 is off") for note in config.notes)
+
+
+def test_python_without_float8_or_framework_is_still_an_error(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text("import torch\n\ndef convert_model(model):\n    return torch.compile(model)\n")
+    with pytest.raises(ConfigError, match="sets up no float8 training"):
+        read_config(path)

@@ -291,6 +291,9 @@ def test_example_models_every_format_converts_the_advice(tmp_path, inspected, na
     # exact, or (a prefix conflict) the advice less the layers kept in bf16 as the safe choice, and said so
     assert substring_result == advised - advice.filter_list.demoted
     assert advice.filter_list.exact == (substring_result == advised)
+    if not advised:  # nothing pays (the ViT at 256 tokens): the files leave FP8 off (tested below)
+        assert all("FP8 left off" in render(advice, fmt, request) for fmt in SWITCHED_OFF_FORMATS)
+        return
     parsed = {
         "torchtitan-toml": lambda t: tomllib.loads(t)["quantize"]["linear"]["float8"]["filter_fqns"],
         "nemo-automodel": lambda t: yaml.safe_load(t)["fp8"]["filter_fqns"],
@@ -320,3 +323,46 @@ def test_exact_filters_name_a_shared_module_under_each_of_its_names():
     for fmt in ("torchao", "accelerate"):
         text = render(advice, fmt, Request("shared.py", 1, 8192))
         assert _exact_set(text) == {"blocks.0.shared", "blocks.1.shared"}, fmt
+
+
+#: The formats that leave FP8 off when nothing is worth converting (the filter list says so in a comment).
+SWITCHED_OFF_FORMATS = [
+    ConfigFormat.TORCHTITAN_TOML,
+    ConfigFormat.TORCHTITAN_PY,
+    ConfigFormat.NEMO_AUTOMODEL,
+    ConfigFormat.ACCELERATE,
+    ConfigFormat.TORCHAO,
+    ConfigFormat.FILTER,
+]
+
+
+def test_nothing_worth_converting_leaves_fp8_off_and_says_why():
+    """No layer reaches the threshold: each format leaves FP8 off (not on with a filter excluding all)."""
+    model = llama_layers(1)
+    advice = advise(
+        model,
+        StubChoice(),
+        "rowwise",
+        50.0,
+        predictor=StubPredictor(),
+        device_capability=None,
+        compare_torchao_auto=False,
+    )
+    assert advice.convert_fqns == ()
+    request = Request("m.py", 1, 8192, recipe="rowwise", min_speedup=50.0)
+    texts = {fmt: render(advice, fmt, request) for fmt in SWITCHED_OFF_FORMATS}
+    for fmt, text in texts.items():
+        why = text.splitlines()[3]
+        assert why.startswith("# FP8 left off: nothing is worth converting") and "50.00x" in why, fmt
+    assert tomllib.loads(texts[ConfigFormat.TORCHTITAN_TOML]) == {}  # no converter, no float8 section
+    assert yaml.safe_load(texts[ConfigFormat.NEMO_AUTOMODEL]) == {"fp8": {"enabled": False}}
+    assert not _calls(texts[ConfigFormat.TORCHTITAN_PY], "Config")
+    assert _calls(texts[ConfigFormat.TORCHTITAN_PY], "model_registry")
+    (accelerator,) = _calls(texts[ConfigFormat.ACCELERATE], "Accelerator")
+    assert ast.literal_eval(_keywords(accelerator)["mixed_precision"]) == "bf16"
+    assert not _calls(texts[ConfigFormat.ACCELERATE], "AORecipeKwargs")
+    assert not _calls(texts[ConfigFormat.TORCHAO], "convert_to_float8_training")
+    # the bare list has no switch: it keeps every layer in bf16 and says to leave FP8 off
+    entries = yaml.safe_load(texts[ConfigFormat.FILTER])
+    assert not converted_by_framework(model.layers, entries, Framework.TORCHTITAN)
+    assert "leave FP8 off" in texts[ConfigFormat.FILTER]

@@ -220,3 +220,59 @@ def test_hugging_face_config(run):
     k_proj = layers["model.layers.1.self_attn.k_proj"]
     assert (k_proj["K"], k_proj["N"], k_proj["M"], k_proj["status"]) == (512, 256, 128, "traced")
     assert layers["lm_head"]["N"] == 32000
+
+
+POSITIONS_MODEL = """
+from dataclasses import dataclass
+
+from torch import nn
+
+
+@dataclass
+class Args:
+    dim: int = 64
+    max_seq_len: int = 512
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.args = Args()
+        self.embed = nn.Embedding(100, 64)
+        self.proj = nn.Linear(64, 64)
+
+    def forward(self, tokens):
+        return self.proj(self.embed(tokens))
+
+
+def build_model():
+    return Net()
+"""
+
+
+def test_seq_longer_than_the_model_takes_is_warned(run, tmp_path):
+    path = tmp_path / "positions.py"
+    path.write_text(POSITIONS_MODEL)
+    longer = run("layers", str(path), "--seq", "1024")
+    assert longer.exit_code == 0, longer.output
+    text = " ".join(longer.stdout.split())
+    assert (
+        "warning: --seq 1024 is longer than the model's maximum positions (512, its args.max_seq_len)" in text
+    )
+    assert "warning" not in run("layers", str(path), "--seq", "512").stdout
+    unknown = path.with_name("unknown.py")
+    unknown.write_text(POSITIONS_MODEL.replace("max_seq_len", "window"))
+    assert "warning" not in run("layers", str(unknown), "--seq", "1024").stdout  # nothing known: nothing said
+
+
+def test_max_positions_reads_a_hugging_face_config():
+    from types import SimpleNamespace
+
+    from torch import nn
+
+    from fp8advisor.layers import max_positions
+
+    model = nn.Linear(2, 2)
+    assert max_positions(model) is None
+    model.config = SimpleNamespace(max_position_embeddings=8192, max_seq_len=True)
+    assert max_positions(model) == (8192, "config.max_position_embeddings")

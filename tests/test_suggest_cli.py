@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -45,6 +46,7 @@ def fake_world(monkeypatch, llama3_small):
         "llama80.py": llama_layers(80),
         "prefix_model.py": prefix_conflict_layers(),
         "odd.py": llama_layers(1, tokens=8190),
+        "reasons.py": _with_long_reason(llama_layers(2)),
     }
 
     def fake_inspect(target, *, batch=1, seq=8192, debug=False):
@@ -55,6 +57,19 @@ def fake_world(monkeypatch, llama3_small):
     monkeypatch.setattr(fp8advisor.layers, "inspect_model", fake_inspect)
     monkeypatch.setattr(fp8advisor.profile, "select_profile", lambda requested=None, **kw: modelled_choice())
     monkeypatch.setattr("fp8advisor.advise._detect_capability", lambda: None)
+
+
+def _with_long_reason(model):
+    """`model` plus a router whose reason for staying in bf16 is longer than an 80-column row has room for."""
+    from dataclasses import replace
+
+    from _advice_helpers import layer
+
+    from fp8advisor.layers import LayerStatus
+
+    reason = "N = 8 is not a multiple of 16 (torch._scaled_mm needs K and N divisible by 16 for float8)"
+    router = layer("layers.0.moe.router.gate", 4096, 8, status=LayerStatus.NOT_CONVERTIBLE, reason=reason)
+    return replace(model, layers=(*model.layers, router))
 
 
 def _run(*args):
@@ -217,3 +232,137 @@ def test_auto_recipe_choices_follow_the_format():
     assert _recipes_the_format_holds(ConfigFormat.MEGATRON) == (Recipe.TENSORWISE,)
     assert Recipe.TENSORWISE not in _recipes_the_format_holds(ConfigFormat.TORCHTITAN_PY)
     assert _recipes_the_format_holds(ConfigFormat.TORCHAO) == ALL_RECIPES
+
+
+def _table_lines(output: str) -> list[str]:
+    """The rows of the layers table (and the strategies' "this advice" row)."""
+    return [line for line in output.splitlines() if line.startswith(("layers.", "output ", "this advice"))]
+
+
+def test_filter_fqns_says_what_it_means_once(fake_world):
+    from fp8advisor.formats import FILTER_FQNS_MEANING
+
+    result = _run("llama80.py", "--recipe", "rowwise")
+    assert " ".join(result.stdout.split()).count(FILTER_FQNS_MEANING) == 1
+    assert "keeps in bf16 every nn.Linear whose FQN contains an entry" in FILTER_FQNS_MEANING
+
+
+def test_tensor_parallel_shows_the_sharded_shapes_in_table_and_json(fake_world):
+    document = json.loads(_run("llama80.py", "--recipe", "rowwise", "--tp", "8", "--json").stdout)
+    for layer in document["layers"]:
+        shard = layer["shard"]
+        sliced = {"K": (layer["K"] // 8, layer["N"]), "N": (layer["K"], layer["N"] // 8)}
+        assert (shard["K"], shard["N"]) == sliced[shard["split"]], layer
+    result = runner.invoke(
+        app, ["suggest", "llama80.py", "--recipe", "rowwise", "--tp", "8"], env={"COLUMNS": "80"}
+    )
+    rows = {line.split()[0]: line.split() for line in _table_lines(result.stdout) if "x" in line}
+    header = next(line for line in result.stdout.splitlines() if line.startswith("layers "))
+    assert header.split()[6:8] == ["per", "GPU"]
+    for layer in document["layers"]:
+        if layer["fqn"] == "output" or layer["fqn"].startswith("layers.0."):
+            pattern = (
+                "output" if layer["fqn"] == "output" else layer["fqn"].replace("layers.0.", "layers.{0..79}.")
+            )
+            assert rows[pattern][4] == f"{layer['shard']['K']}x{layer['shard']['N']}", rows[pattern]
+    assert (
+        json.loads(_run("llama80.py", "--recipe", "rowwise", "--json").stdout)["layers"][0]["shard"] is None
+    )
+
+
+def test_tables_read_at_80_columns(fake_world):
+    from _advice_helpers import LLAMA_BLOCK
+
+    blocks = {"reasons.py": "layers.{0..1}.", "llama80.py": "layers.{0..79}."}
+    for args in (["reasons.py"], ["llama80.py", "--tp", "8"], ["llama80.py", "--world-size", "8"]):
+        result = runner.invoke(app, ["suggest", *args, "--recipe", "rowwise"], env={"COLUMNS": "80"})
+        assert result.exit_code == 0, result.output
+        rows = [row for row in _table_lines(result.stdout) if not row.startswith("this advice")]
+        assert all(len(line) <= 80 for line in _table_lines(result.stdout)), rows
+        # every layer name whole on its row (none folded onto a second line), each row with its decision
+        expected = {blocks[args[0]] + name for name in LLAMA_BLOCK} | {"output"}
+        if args[0] == "reasons.py":
+            expected.add("layers.0.moe.router.gate")
+        assert {row.split()[0] for row in rows} == expected
+        assert all(row.split()[-1] in ("float8", "bf16") or row.split()[-2] == "bf16" for row in rows), rows
+    # a reason too long for the row is a footnote the row points to
+    lines = result_lines = runner.invoke(
+        app, ["suggest", "reasons.py", "--recipe", "rowwise"], env={"COLUMNS": "80"}
+    ).stdout.splitlines()
+    router = next(line for line in lines if line.startswith("layers.0.moe.router.gate"))
+    mark = router.split()[-1]
+    assert router.split()[-2:] == ["bf16", mark] and mark.startswith("[")
+    assert f"{mark} N = 8 is not a multiple of 16 (torch._scaled_mm" in "\n".join(result_lines)
+
+
+def test_modelled_figures_are_marked_in_every_table(fake_world):
+    """The in-memory profile is the roofline model: every speedup carries the mark, and the legend says it."""
+    result = runner.invoke(app, ["suggest", LLAMA, "--seq", "2048"], env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    rows = [line for line in lines if not line.startswith(("recipe:", "Layers:", "break-even", "warning"))]
+    speedups = [word for line in rows for word in line.split() if re.fullmatch(r"\d+\.\d+x[*~]*", word)]
+    assert len(speedups) > 10 and all("~" in word for word in speedups), speedups
+    document = json.loads(_run(LLAMA, "--seq", "2048", "--json").stdout)
+    assert {s["provenance"] for s in document["summary"]["strategies"].values()} == {"modelled"}
+    legends = [line for line in lines if line.startswith("~ modelled")]
+    assert len(legends) == 4  # layers, strategies, recipes considered, training step
+
+
+def test_published_figures_are_not_marked(monkeypatch, llama3_small):
+    """The shipped profile: rowwise published (no mark), the other recipes modelled (marked)."""
+    import fp8advisor.layers
+
+    monkeypatch.setattr(fp8advisor.layers, "inspect_model", lambda target, **kw: llama3_small)
+    monkeypatch.setattr("fp8advisor.profile._detect_device_name", lambda: None)
+    result = runner.invoke(app, ["suggest", LLAMA, "--seq", "2048"], env={"COLUMNS": "120"})
+    recipes = {
+        line.split()[0]: line.split()
+        for line in result.stdout.splitlines()
+        if line.split()[1:2] in (["published"], ["modelled"])
+    }
+    assert not recipes["rowwise"][-1].endswith("~")
+    assert recipes["tensorwise"][-1].endswith("~") and recipes["rowwise_with_gw_hp"][-1].endswith("~")
+    rows = [line for line in _table_lines(result.stdout) if "x" in line and not line.startswith("this")]
+    assert rows and not any("~" in row for row in rows)  # the layers' rowwise figures are published
+
+
+def test_recipe_auto_help_says_it_prefers_stronger_provenance():
+    text = " ".join(runner.invoke(app, ["suggest", "--help"], env={"COLUMNS": "80"}).stdout.split())
+    assert "strongest provenance (measured, then published, then modelled)" in text
+
+
+@pytest.mark.parametrize("command", [[], ["suggest"], ["layers"], ["verify"], ["bench"], ["fit"]])
+def test_help_has_no_bool_metavars_or_cut_choices(command):
+    result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert "<bool>" not in result.stdout and "…" not in result.stdout
+    lines = result.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    text = " ".join(result.stdout.split())
+    if command == ["suggest"]:
+        from fp8advisor.formats import FILE_FORMATS
+
+        assert ", ".join(fmt.value for fmt in FILE_FORMATS) in text  # every name whole, none cut at a "-"
+    if command == []:  # every command's summary whole, not cut with "..."
+        listed = lines[lines.index("Commands:") + 1 :]
+        assert len(listed) == 5 and not any(line.rstrip().endswith("...") for line in listed), listed
+
+
+def test_seq_longer_than_the_model_takes_is_a_suggest_warning(fake_world, monkeypatch):
+    import fp8advisor.layers
+
+    real = fp8advisor.layers.inspect_model
+
+    def with_limit(target, **kwargs):
+        from dataclasses import replace
+
+        return replace(real(target, **kwargs), max_positions=(4096, "config.max_position_embeddings"))
+
+    monkeypatch.setattr(fp8advisor.layers, "inspect_model", with_limit)
+    warnings = json.loads(_run("llama80.py", "--seq", "8192", "--json").stdout)["warnings"]
+    assert any(
+        w.startswith("--seq 8192 is longer than the model's maximum positions (4096") for w in warnings
+    )
+    warnings = json.loads(_run("llama80.py", "--seq", "4096", "--json").stdout)["warnings"]
+    assert not any("maximum positions" in w for w in warnings)

@@ -110,7 +110,12 @@ def test_the_report_shows_the_profile_advice_beside_the_measured_one(tmp_path, d
     write_results(tmp_path / "ctx", discovery)
     result = suggest("--measured", str(tmp_path / "ctx"), env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    assert "(measured in context)" in result.output
+    # the rows decided in context point to one footnote saying so
+    (footnote,) = [line for line in result.output.splitlines() if line.endswith("] measured in context")]
+    mark = footnote.split()[0]
+    assert any(
+        line.rstrip().endswith(f" {mark}") and "attention.wq" in line for line in result.output.splitlines()
+    )
     assert "the profile's advice (5 in float8) measured 9.300 ms (1.033x the chosen time)" in result.output
     assert "decided by the profile (outside the measured blocks): output" in result.output
 

@@ -127,6 +127,66 @@ def test_filter_entry_matching_nothing_is_named(tiny, tmp_path):
     assert kinds(report) == {DifferenceKind.UNUSED_ENTRY: ["output"]}
 
 
+OFF_FILES = ["job.toml", "recipe.py", "nemo.yaml", "accel.py", "train.py", "filter.yaml", "filter.json"]
+
+
+@pytest.fixture(scope="module")
+def suggested_off(tiny, tmp_path_factory):
+    """Every format written by suggest when nothing is worth converting (min speedup 3x: no layer reaches
+    it)."""
+    from fp8advisor.advise import advise
+    from fp8advisor.emit import Request, render
+    from fp8advisor.formats import ConfigFormat
+    from fp8advisor.layers import inspect_model
+    from fp8advisor.verify import _TestProfile
+
+    advice = advise(
+        inspect_model(tiny, batch=1, seq=SEQ),
+        _TestProfile(),
+        "rowwise",
+        3.0,
+        predictor=predictor,
+        device_capability=None,
+        compare_torchao_auto=False,
+    )
+    assert advice.convert_fqns == ()
+    request = Request(target=tiny, batch=1, seq=SEQ, recipe="rowwise", min_speedup=3.0)
+    directory = tmp_path_factory.mktemp("off")
+    formats = [
+        ConfigFormat.TORCHTITAN_TOML,
+        ConfigFormat.TORCHTITAN_PY,
+        ConfigFormat.NEMO_AUTOMODEL,
+        ConfigFormat.ACCELERATE,
+        ConfigFormat.TORCHAO,
+        ConfigFormat.FILTER,
+        ConfigFormat.FILTER,
+    ]
+    files = {}
+    for name, fmt in zip(OFF_FILES, formats, strict=True):
+        path = directory / name
+        path.write_text(render(advice, fmt, request, output=str(path)))
+        files[name] = path
+    return files
+
+
+@pytest.mark.parametrize("name", OFF_FILES)
+def test_fp8_off_file_passes_when_nothing_is_worth_converting(tiny, suggested_off, name):
+    report = run(tiny, suggested_off[name], recipe="rowwise", min_speedup=3.0)
+    assert [d.describe() for d in report.differences] == []
+    assert report.passed and report.converted == () and report.advised == ()
+    # the bare filter list has no switch: it stays on and filters every layer out; the others leave FP8 off
+    assert report.config.enabled is name.startswith("filter")
+    assert all(layer.float8_gemms == 0 for layer in report.layers)
+
+
+@pytest.mark.parametrize("name", ["job.toml", "recipe.py", "nemo.yaml", "accel.py", "train.py"])
+def test_fp8_off_file_fails_where_the_advice_converts(tiny, suggested_off, name):
+    report = run(tiny, suggested_off[name], recipe="rowwise")  # default min speedup: four layers pay
+    found = kinds(report)
+    assert found[DifferenceKind.FP8_OFF] == [str(suggested_off[name])]
+    assert sorted(found[DifferenceKind.LEFT_BF16]) == list(ADVISED)
+
+
 def test_extra_converted_layer_is_named(tiny, tmp_path):
     report = run(tiny, toml(tmp_path, ["spare"]))
     assert kinds(report) == {DifferenceKind.AGAINST_ADVICE: ["blocks.0.gate", "blocks.1.gate"]}

@@ -26,6 +26,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Click's plain help: Typer's Rich panels print `<bool>` beside every flag and cut long words with "…"
+    rich_markup_mode=None,
 )
 
 console = Console(highlight=False)

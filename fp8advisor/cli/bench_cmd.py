@@ -187,7 +187,7 @@ def _print_summary(summary, emulate: bool) -> None:
         )
 
 
-@command("bench")
+@command("bench", short_help="Measure float8 against bf16 on this GPU (or the CPU emulation).")
 def bench(
     grid: Annotated[
         str | None,
@@ -204,7 +204,8 @@ def bench(
     recipes: Annotated[
         list[str] | None,
         typer.Option(
-            "--recipes", help="tensorwise,rowwise,rowwise_with_gw_hp (default all); bf16 always runs."
+            "--recipes",
+            help="Comma-separated: tensorwise, rowwise, rowwise_with_gw_hp (default all); bf16 always runs.",
         ),
     ] = None,
     out: Annotated[

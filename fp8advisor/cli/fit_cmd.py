@@ -26,7 +26,7 @@ def _percent(value: float) -> str:
     return f"{100 * value:.1f}%"
 
 
-@command("fit")
+@command("fit", short_help="Fit a speedup profile from bench results or a published table.")
 def fit(
     results: Annotated[
         list[Path], typer.Argument(help="Bench results (.jsonl files or directories) or CSV speedup tables.")

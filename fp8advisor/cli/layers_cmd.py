@@ -22,7 +22,7 @@ _STATUS_STYLE = {
 }
 
 
-@command("layers")
+@command("layers", short_help="List every Linear of a model with the M, K, N it multiplies.")
 def layers(
     target: str = typer.Argument(
         ...,
@@ -53,6 +53,8 @@ def layers(
     for footnote in footnotes:
         console.print(footnote)
     console.print(summary_line(inspected))
+    if inspected.seq_warning:
+        console.print(Text("warning: ", style="yellow") + Text(inspected.seq_warning), soft_wrap=True)
     for note in inspected.notes:
         console.print(Text(f"note: {note}", style="dim"))
 
@@ -87,8 +89,7 @@ def render_table(inspected: ModelLayers, *, group: bool = True) -> tuple[Table, 
         box=box.SIMPLE_HEAD,
         show_edge=False,
         pad_edge=False,
-        padding=(0, 1),
-        collapse_padding=True,
+        padding=0,  # the box's one-space divider separates the columns: more room for the names
     )
     footnotes: list[str] = []
     marks = []

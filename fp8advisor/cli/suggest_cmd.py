@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,12 +26,24 @@ from fp8advisor.emit import (
 )
 from fp8advisor.errors import AdvisorError
 from fp8advisor.files import guard_output
-from fp8advisor.formats import FILE_FORMATS
+from fp8advisor.formats import FILE_FORMATS, FILTER_FQNS_MEANING
 from fp8advisor.megatron import check_recipe
 from fp8advisor.recipes import ALL_RECIPES, Recipe, parse_recipe
 from fp8advisor.roofline import get_specs
 
 _FORMATS = ", ".join(f.value for f in FILE_FORMATS)
+
+
+def _choices_help(lead: str, names: list[str], width: int = 48) -> str:
+    """Help text listing `names` whole: lines broken between names, never inside one ("nemo-" / "automodel"
+    is what Click's wrapping does to a hyphenated name); Click keeps the lines of a paragraph led by \\b."""
+    lines, line = [lead], ""
+    for name in names:
+        if line and len(line) + len(name) + 2 > width:
+            lines.append(line + ",")
+            line = ""
+        line = f"{line}, {name}" if line else name
+    return "\b\n" + "\n".join([*lines, line + "."])
 
 
 def _format_for(fmt: str | None, path: str | None) -> ConfigFormat | None:
@@ -57,7 +70,7 @@ def _input_files(target: str, profile: str | None) -> list[Path]:
     return [path] + ([Path(profile)] if profile is not None else [])
 
 
-@command("suggest")
+@command("suggest", short_help="Advise which Linear layers to convert; write the training config.")
 def suggest(
     target: str = typer.Argument(
         ..., help="The model: model.py[:factory(args)], a HF config.json or directory."
@@ -67,7 +80,10 @@ def suggest(
     recipe: str = typer.Option(
         AUTO,
         "--recipe",
-        help="tensorwise, rowwise, rowwise_with_gw_hp, or auto (lowest predicted Linear time).",
+        help="tensorwise, rowwise, rowwise_with_gw_hp, or auto: of the recipes whose figures have the "
+        "strongest provenance (measured, then published, then modelled), the one with the lowest predicted "
+        "Linear time; recipes with weaker figures are not ranked against them (torchtitan-py: no "
+        "tensorwise).",
     ),
     profile: str | None = typer.Option(
         None, "--profile", help="Profile name or path (default: the best one for this GPU type)."
@@ -78,7 +94,9 @@ def suggest(
     tensor_parallel: int = typer.Option(
         1, "--tp", help="Tensor-parallel degree (each GPU multiplies a slice)."
     ),
-    fmt: str | None = typer.Option(None, "--format", help=f"Config to write: {_FORMATS}."),
+    fmt: str | None = typer.Option(
+        None, "--format", help=_choices_help("Config to write:", [f.value for f in FILE_FORMATS])
+    ),
     output: str | None = typer.Option(None, "-o", "--output", help="Write the config to this file."),
     check_file: str | None = typer.Option(
         None, "--check", help="Exit 0 if FILE equals what would be written now, 1 with a diff otherwise."
@@ -276,14 +294,40 @@ def _speedup(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}x"
 
 
-def _short_reason(reason: str) -> str:
-    """'predicted 1.35x >= 1.20' -> '(>= 1.20)': the speedup has its own column; other reasons to their first
-    clause (the whole reason is in --json)."""
-    if reason.startswith("measured in context"):
-        return "(measured in context)"
+def _footnoted_reason(reason: str) -> str:
+    """The reason a decision row points to with a footnote: '' for 'predicted 1.35x >= 1.20' (the speedup
+    has its own column, the threshold is in the title); a block measured in context without its times (the
+    in-context section shows them); any other whole."""
+    from fp8advisor.measured import MEASURED_IN_CONTEXT
+
     if reason.startswith("predicted ") and (" >= " in reason or " < " in reason):
-        return f"({reason.split('x ', 1)[1]})"
-    return f": {reason.split(': ', 1)[0]}"
+        return ""
+    if reason.startswith(MEASURED_IN_CONTEXT):
+        return MEASURED_IN_CONTEXT
+    return reason
+
+
+#: Marks a speedup resting on modelled (roofline) or emulated figures, not on measured or published ones.
+MODELLED_MARK = "~"
+_LEGEND = (
+    f"{MODELLED_MARK} modelled (roofline formula), not measured or published: measure with fp8advisor bench"
+)
+
+
+def _modelled(provenance: str | None) -> bool:
+    """Figures neither measured nor published (the roofline model, or emulated): the ones to set apart."""
+    return provenance is not None and provenance not in ("measured", "published")
+
+
+def _marked(text: str, provenance: str | None) -> str:
+    """`text` with MODELLED_MARK when the figures it rests on are `_modelled`."""
+    return text + MODELLED_MARK if _modelled(provenance) else text
+
+
+def _print_legend(provenances: Iterable[str | None]) -> None:
+    """The mark's legend, under a table whose figures (of these provenances) carry it."""
+    if any(_modelled(provenance) for provenance in provenances):
+        console.print(Text(_LEGEND, style="dim"))
 
 
 def _print_brief(advice: Advice) -> None:
@@ -294,6 +338,8 @@ def _print_brief(advice: Advice) -> None:
         f"{advice.proof_line()}",
         soft_wrap=True,
     )
+    if not advice.convert_fqns:
+        err_console.print(Text("nothing is worth converting: the config leaves FP8 off", style="yellow"))
     for warning in advice.warnings:
         err_console.print(Text("warning: ", style="yellow") + Text(warning), soft_wrap=True)
 
@@ -316,32 +362,53 @@ def _print_report(advice: Advice) -> None:
         console.print(Text(f"note: {note}", style="dim"))
 
     groups = group_layers(advice.layers)
+    footnotes: list[str] = []
     table = Table(
-        title="Layers (repeated blocks folded; full reasons with --json)",
+        title=f"Layers: float8 where predicted to reach {advice.min_speedup:.2f}x (repeated blocks folded; "
+        "reasons in --json)",
         title_justify="left",
         box=box.SIMPLE_HEAD,
-        padding=(0, 1, 0, 0),
+        show_edge=False,
+        padding=0,  # the box's one-space divider separates the columns
         pad_edge=False,
     )
-    widest = min(max((len(group.pattern) for group in groups), default=6), 60)
-    table.add_column("layers", no_wrap=True, min_width=widest)
+    # Names fold on a narrow terminal rather than push the decision off its right edge.
+    table.add_column("layers", overflow="fold")
     table.add_column("n", justify="right", no_wrap=True)
     table.add_column("M", justify="right", no_wrap=True)
     table.add_column("K x N", justify="right", no_wrap=True)
+    tp = advice.tensor_parallel
+    if tp > 1:
+        table.add_column("per GPU", justify="right", no_wrap=True)
     table.add_column("speedup", justify="right", no_wrap=True)
-    table.add_column("decision", min_width=12)
+    table.add_column("decision", no_wrap=True)  # "bf16 [1]": reasons are footnotes, names keep the width
     for group in groups:
         layer = group.first
-        speedup = _speedup(layer.predicted_speedup)
+        speedup = _marked(_speedup(layer.predicted_speedup), layer.provenance)
         if layer.how == "extrapolated":
             speedup += "*"
         decision = Text("float8", style="green") if layer.convert else Text("bf16", style="dim")
-        short = _short_reason(layer.reason)
-        decision.append(short if short.startswith(":") else f" {short}")
+        reason = _footnoted_reason(layer.reason)
+        if reason:
+            if reason not in footnotes:
+                footnotes.append(reason)
+            decision.append(f" [{footnotes.index(reason) + 1}]")
+        shard = [] if tp == 1 else ["-" if layer.shard is None else "{}x{}".format(*layer.shard)]
         table.add_row(
-            group.pattern, str(group.count), str(layer.M), f"{layer.K}x{layer.N}", speedup, decision
+            group.pattern, str(group.count), str(layer.M), f"{layer.K}x{layer.N}", *shard, speedup, decision
         )
     console.print(table)
+    for number, reason in enumerate(footnotes, start=1):
+        console.print(f"[{number}] {reason}", markup=False, highlight=False, soft_wrap=True)
+    _print_legend(layer.provenance for layer in advice.layers)
+    if tp > 1:
+        console.print(
+            Text(
+                f"per GPU: the 1/{tp} slice predicted, K split (row-parallel) or N (column-parallel), "
+                "whichever float8 gains less from",
+                style="dim",
+            )
+        )
     if any(layer.how == "extrapolated" for layer in advice.layers):
         console.print(Text("* outside the profile's measured grid (extrapolated)", style="dim"))
 
@@ -349,6 +416,7 @@ def _print_report(advice: Advice) -> None:
         title="Predicted Linear-time speedup vs all-bf16",
         title_justify="left",
         box=box.SIMPLE_HEAD,
+        show_edge=False,
         pad_edge=False,
     )
     summary.add_column("strategy", no_wrap=True)
@@ -356,16 +424,17 @@ def _print_report(advice: Advice) -> None:
     summary.add_column("speedup", justify="right")
     summary.add_column("note")
     for strategy in advice.strategies:
-        summary.add_row(
-            strategy.label, str(len(strategy.converted)), _speedup(strategy.predicted_speedup), strategy.note
-        )
+        speedup = _marked(_speedup(strategy.predicted_speedup), advice.figures_provenance(strategy.converted))
+        summary.add_row(strategy.label, str(len(strategy.converted)), speedup, strategy.note)
     console.print(summary)
+    _print_legend(advice.figures_provenance(strategy.converted) for strategy in advice.strategies)
 
     if advice.recipe_options:
         options = Table(
             title="Recipes considered (--recipe auto)",
             title_justify="left",
             box=box.SIMPLE_HEAD,
+            show_edge=False,
             pad_edge=False,
         )
         for name in ("recipe", "provenance", "layers in float8", "speedup"):
@@ -375,14 +444,22 @@ def _print_report(advice: Advice) -> None:
                 option.recipe.value,
                 option.provenance,
                 str(option.converted),
-                _speedup(option.predicted_speedup),
+                _marked(_speedup(option.predicted_speedup), option.provenance),
             )
         console.print(options)
+        _print_legend(option.provenance for option in advice.recipe_options)
 
     fl = advice.filter_list
-    console.print(Text("filter_fqns (torchtitan, NeMo AutoModel; substring match):", style="bold"))
+    console.print(
+        Text("filter_fqns", style="bold") + Text(f" (torchtitan, NeMo AutoModel) {FILTER_FQNS_MEANING}:"),
+        soft_wrap=True,
+    )
     console.print(json.dumps(list(fl.entries)), markup=False, highlight=False, soft_wrap=True)
     console.print(Text(advice.proof_line(), style="green" if fl.exact else "yellow"), soft_wrap=True)
+    if not advice.convert_fqns:
+        console.print(
+            Text("nothing is worth converting: the configs --format writes leave FP8 off", style="yellow")
+        )
     for conflict in fl.conflicts:
         console.print(Text(f"conflict: {conflict.describe()}", style="yellow"), soft_wrap=True)
     for warning in advice.warnings:
@@ -458,13 +535,17 @@ def _print_step(step, advice: Advice) -> None:
         ),
         soft_wrap=True,
     )
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for name in ("strategy", "float8 layers", "step", "tokens/s/GPU", "speedup"):
         table.add_column(
             name, justify="left" if name == "strategy" else "right", no_wrap=True, min_width=len(name)
         )
     for prediction in step.predictions:
-        speedup = "-" if prediction.name == "bf16" else f"{step.speedup(prediction.name):.3f}x"
+        speedup = (
+            "-"
+            if prediction.name == "bf16"
+            else _marked(f"{step.speedup(prediction.name):.3f}x", prediction.speedup_provenance)
+        )
         table.add_row(
             prediction.label,
             str(prediction.converted),
@@ -473,6 +554,7 @@ def _print_step(step, advice: Advice) -> None:
             speedup,
         )
     console.print(table)
+    _print_legend(prediction.speedup_provenance for prediction in step.predictions)
 
     advice_step = step.prediction("advice")
     terms = Table(

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from fp8advisor.advise import AUTO, DEFAULT_MIN_SPEEDUP
 from fp8advisor.cli import command, console, err_console
+from fp8advisor.formats import FILTER_FQNS_MEANING
 from fp8advisor.recipes import parse_recipe
 
 #: Differences listed in full up to this many; the rest are counted (the table and --json have them all).
@@ -27,7 +28,7 @@ _SHORT = {
 }
 
 
-@command("verify")
+@command("verify", short_help="Check that a config converts exactly the advised layers.")
 def verify_command(
     target: str = typer.Argument(
         ..., help="The model: model.py[:factory(args)], a HF config.json or directory."
@@ -35,15 +36,34 @@ def verify_command(
     config: str = typer.Option(
         ..., "--config", help="The training config to check (any format suggest writes)."
     ),
-    batch: int = typer.Option(1, "--batch", help="Sequences per step on one GPU (for the advice)."),
-    seq: int = typer.Option(8192, "--seq", help="Tokens per sequence (for the advice)."),
-    recipe: str = typer.Option(
-        AUTO,
-        "--recipe",
-        help="Recipe to advise with; auto: the one the config names (a bare filter list: auto).",
+    batch: int | None = typer.Option(
+        None,
+        "--batch",
+        show_default=False,
+        help="Sequences per step on one GPU (for the advice). Default: the config's header, else 1.",
     ),
-    profile: str | None = typer.Option(None, "--profile", help="Profile name or path, as for suggest."),
-    min_speedup: float = typer.Option(DEFAULT_MIN_SPEEDUP, "--min-speedup", help="As for suggest."),
+    seq: int | None = typer.Option(
+        None,
+        "--seq",
+        show_default=False,
+        help="Tokens per sequence (for the advice). Default: the config's header, else 8192.",
+    ),
+    recipe: str | None = typer.Option(
+        None,
+        "--recipe",
+        show_default=False,
+        help="Recipe to advise with. Default: the config's header, else auto: the one the config names "
+        "(a bare filter list: the fastest predicted).",
+    ),
+    profile: str | None = typer.Option(
+        None, "--profile", help="Profile name or path, as for suggest. Default: the config's header."
+    ),
+    min_speedup: float | None = typer.Option(
+        None,
+        "--min-speedup",
+        show_default=False,
+        help=f"As for suggest. Default: the config's header, else {DEFAULT_MIN_SPEEDUP}.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON document."),
     trust_config: bool = typer.Option(
         False,
@@ -53,27 +73,34 @@ def verify_command(
 ) -> None:
     """Convert the model as the config says, run one float8 step, and check it against the advice.
 
-    Exit 0 when the config converts exactly the advised layers and every check passes; 1 with what differs.
+    The batch, seq, recipe, profile and min speedup come from the command line, else from the header of a
+    config `fp8advisor suggest` wrote. Exit 0 when the config converts exactly the advised layers and every
+    check passes; 1 with what differs.
     """
-    if recipe != AUTO:
+    if recipe is not None and recipe != AUTO:
         parse_recipe(recipe)  # a clear error before the model is built
-    from fp8advisor.verify import verify
+    from fp8advisor.verify import advice_settings, verify
 
+    settings, disagreement = advice_settings(
+        config, batch=batch, seq=seq, recipe=recipe, profile=profile, min_speedup=min_speedup
+    )
+    if disagreement is not None:
+        err_console.print(Text("note: ", style="yellow") + Text(disagreement), soft_wrap=True)
     with err_console.status(f"verifying {config} on {target} ..."):
         report = verify(
             target,
             config,
-            batch=batch,
-            seq=seq,
-            recipe=recipe,
-            profile=profile,
-            min_speedup=min_speedup,
+            batch=settings.batch,
+            seq=settings.seq,
+            recipe=settings.recipe,
+            profile=settings.profile,
+            min_speedup=settings.min_speedup,
             trust_config=trust_config,
         )
     if as_json:
         console.print_json(json.dumps(report.to_json()), indent=2, highlight=False)
     else:
-        _print_report(report)
+        _print_report(report, settings.from_header)
     if not report.passed:
         raise typer.Exit(report.exit_code)
 
@@ -104,7 +131,7 @@ def _group(report) -> list[tuple[str, int, object]]:
     return [(row.pattern, row.count, list(row.members)) for row in fold_repeated(report.layers, same)]
 
 
-def _print_report(report) -> None:
+def _print_report(report, from_header: tuple[str, ...] = ()) -> None:
     config = report.config
     execution = report.execution
     console.print(
@@ -112,16 +139,26 @@ def _print_report(report) -> None:
         soft_wrap=True,
     )
     lines = [
-        f"config:  FP8 {'on' if config.enabled else 'OFF'}, recipe {report.recipe.value}, rule: "
-        f"{config.rule}",
+        # with FP8 off the recipe is the framework's default, which trains nothing: not worth a word
+        f"config:  FP8 {f'on, recipe {report.recipe.value}' if config.enabled else 'OFF'}, "
+        f"rule: {config.rule}",
         f"advice:  profile {report.profile}, batch {report.batch} x seq {report.seq}, "
-        f"min speedup {report.min_speedup:g}",
+        f"min speedup {report.min_speedup:g}"
+        + (
+            f" ({', '.join(n.replace('_', ' ') for n in from_header)} from its header)" if from_header else ""
+        ),
         f"run:     {execution.device}, {execution.mode}: {execution.why}",
     ]
     if execution.model_output_sqnr_db is not None:
         lines.append(
             f"         whole-model output SQNR float8 vs bf16: {_db(execution.model_output_sqnr_db)} dB"
         )
+    if config.enabled and config.framework.uses_substring_filter and config.filter_fqns is not None:
+        from fp8advisor.configs import AUTO_FILTER_FLAG
+
+        entries = [entry for entry in config.filter_fqns if entry != AUTO_FILTER_FLAG]
+        count = f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}"
+        lines.insert(1, f"         filter_fqns ({count}) {FILTER_FQNS_MEANING}")
     for line in lines:
         console.print(line, soft_wrap=True)
     for note in report.notes:
@@ -129,7 +166,12 @@ def _print_report(report) -> None:
 
     rows = _group(report)
     table = Table(
-        title="Layers (repeated blocks folded)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+        title="Layers (repeated blocks folded)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=0,  # the box's one-space divider separates the columns: more room for the names
+        pad_edge=False,
     )
     # FQNs stay whole while the table fits (people search for them). On a terminal too narrow for them they
     # fold: a no_wrap or min_width name column would push the check column off the right edge instead.
@@ -162,6 +204,16 @@ def _print_report(report) -> None:
         )
     )
     converted, advised = len(report.converted), len(report.advised)
+    state_word = "off" if not config.enabled else "on, every layer filtered out"
+    if report.passed and not advised:
+        console.print(
+            Text("PASS: ", style="bold green")
+            + Text(
+                f"the advice converts no layer and the config converts none (FP8 {state_word}): every "
+                "Linear runs in bf16"
+            )
+        )
+        return
     if report.passed:
         console.print(
             Text("PASS: ", style="bold green")
