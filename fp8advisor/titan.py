@@ -195,7 +195,9 @@ def load(spec: TargetSpec, device: torch.device, overrides: dict[str, Any]) -> L
             "unchanged; attention is counted as causal over the whole sequence (no document mask or sliding "
             "window)"
         )
-    return LoadedModel(model, spec, device, {}, None, f"{built_by} (torchtitan {torchtitan_version()})", notes)
+    return LoadedModel(
+        model, spec, device, {}, None, f"{built_by} (torchtitan {torchtitan_version()})", notes
+    )
 
 
 def _describe(error: BaseException) -> str:
@@ -211,7 +213,7 @@ def _causal_attention_class():
     from torch import nn
 
     class CausalAttention(nn.Module):
-        """torchtitan's inner-attention contract, (B, L, N, H) in and out, as causal SDPA (module docstring)."""
+        """torchtitan's inner-attention contract, (B, L, N, H) in and out, as causal SDPA."""
 
         def __init__(self, replaces: str):
             super().__init__()
@@ -253,3 +255,125 @@ def replace_inner_attention(model: nn.Module) -> dict[str, int]:
                 setattr(parent, child_name, causal_attention(kind))
                 replaced[kind] = replaced.get(kind, 0) + 1
     return replaced
+
+
+def base_recipe(name: RegistryName) -> str | None:
+    """The function of `torchtitan.models.<MODEL>.config_registry` that is torchtitan's own training recipe
+    for this flavor: the shortest-named public function calling `model_registry(FLAVOR, ...)`; None when
+    torchtitan is not installed or has none. Read from the source, never run (a recipe builds a whole
+    trainer config)."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    found = importlib.util.find_spec("torchtitan")
+    if found is None or found.origin is None:
+        return None
+    path = Path(found.origin).parent / "models" / name.model / "config_registry.py"
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    recipes = [
+        function.name
+        for function in tree.body
+        if isinstance(function, ast.FunctionDef)
+        and not function.name.startswith("_")
+        and any(_calls_registry_with(node, name.flavor) for node in ast.walk(function))
+    ]
+    return min(recipes, key=lambda recipe: (len(recipe), recipe), default=None)
+
+
+def _calls_registry_with(node, flavor: str) -> bool:
+    import ast
+
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "model_registry"
+        and bool(node.args)
+        and isinstance(node.args[0], ast.Constant)
+        and node.args[0].value == flavor
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# Whose names: torchtitan 0.2 or 0.3
+
+
+TORCHTITAN_0_2 = "0.2"
+TORCHTITAN_0_3 = "0.3"
+#: Attention projections: 0.2's Attention holds wq / wk / wv itself; 0.3's GQAttention holds a qkv_linear
+#: (FusedQKVLinear.wqkv by default, QKVLinear.wq / wk / wv when unfused).
+_ATTENTION_0_2 = re.compile(r"(^|\.)attention\.w[qkv]$")
+_ATTENTION_0_3 = re.compile(r"(^|\.)attention\.qkv_linear\.w(qkv|q|k|v)$")
+#: torchtitan's feed-forward names (w1, w2, w3), shared by 0.2 and 0.3: they tell a torchtitan model's head
+#: (0.2 `output`, 0.3 `lm_head`) from another library's (Hugging Face's is `lm_head` too).
+_TORCHTITAN_FEED_FORWARD = re.compile(r"(^|\.)feed_forward\.w[123]$")
+_LLAMA3_FLAVORS_0_3 = {  # (dim, blocks) -> flavor, from torchtitan 0.3.0's llama3_configs
+    (256, 6): "debugmodel",
+    (2048, 16): "1B",
+    (3072, 28): "3B",
+    (4096, 32): "8B",
+    (8192, 80): "70B",
+    (16384, 126): "405B",
+}
+
+
+@dataclass(frozen=True)
+class NamesLookLike:
+    """Which torchtitan version's Linear names a model has, and the evidence."""
+
+    version: str  # TORCHTITAN_0_2 or TORCHTITAN_0_3
+    attention: str  # e.g. "attention.wq / wk / wv"
+    head: str | None  # "output" or "lm_head", when the model has that head
+
+
+def names_look_like(linear_fqns: list[str] | tuple[str, ...]) -> NamesLookLike | None:
+    """torchtitan 0.2 when a block's attention holds `wq` / `wk` / `wv` itself, 0.3 when it holds a
+    `qkv_linear`; None for other names (Hugging Face, Megatron, a model of the user's own)."""
+    old = any(_ATTENTION_0_2.search(fqn) for fqn in linear_fqns)
+    new = any(_ATTENTION_0_3.search(fqn) for fqn in linear_fqns)
+    if old == new:
+        return None
+    torchtitan_ffn = any(_TORCHTITAN_FEED_FORWARD.search(fqn) for fqn in linear_fqns)
+    if old:
+        head = "output" if torchtitan_ffn and "output" in linear_fqns else None
+        return NamesLookLike(TORCHTITAN_0_2, "attention.wq / wk / wv", head)
+    fused = any(fqn.endswith("qkv_linear.wqkv") for fqn in linear_fqns)
+    head = "lm_head" if torchtitan_ffn and "lm_head" in linear_fqns else None
+    attention = "attention.qkv_linear.wqkv" if fused else "attention.qkv_linear.wq / wk / wv"
+    return NamesLookLike(TORCHTITAN_0_3, attention, head)
+
+
+def llama3_flavor(layers) -> str:
+    """torchtitan 0.3's llama3 flavor with the same width and depth as a 0.2-named Llama (`layers`: objects
+    with fqn and K), or FLAVOR when none matches."""
+    query = [layer for layer in layers if _ATTENTION_0_2.search(layer.fqn) and layer.fqn.endswith(".wq")]
+    if not query:
+        return "FLAVOR"
+    return _LLAMA3_FLAVORS_0_3.get((query[0].K, len(query)), "FLAVOR")
+
+
+def version_mismatch(layers, writes_version: str) -> str | None:
+    """A warning when a torchtitan config for `writes_version` (TORCHTITAN_0_2: torchtitan-toml,
+    TORCHTITAN_0_3: torchtitan-py) is written from a model whose Linear names are the other version's: its
+    filter_fqns names layers that torchtitan's model of that version does not have. `layers`: objects with
+    fqn and K (the advice's layers)."""
+    looks = names_look_like([layer.fqn for layer in layers])
+    if looks is None or looks.version == writes_version:
+        return None
+    names = looks.attention + (f" and the head {looks.head!r}" if looks.head else "")
+    if writes_version == TORCHTITAN_0_3:
+        return (
+            f"this model has torchtitan 0.2's Linear names ({names}), but --format torchtitan-py is for "
+            "torchtitan 0.3, whose Llama has a fused attention.qkv_linear.wqkv and lm_head: on that model "
+            "this filter_fqns converts a set nobody advised. Advise on torchtitan 0.3's own model: "
+            f"fp8advisor suggest torchtitan:llama3/{llama3_flavor(layers)} --format torchtitan-py"
+        )
+    return (
+        f"this model has torchtitan 0.3's Linear names ({names}), but --format torchtitan-toml is for "
+        "torchtitan 0.2.x, whose Llama has separate attention.wq / wk / wv and an output head: this "
+        "filter_fqns names layers torchtitan 0.2 does not have. For torchtitan 0.3 write "
+        "--format torchtitan-py"
+    )

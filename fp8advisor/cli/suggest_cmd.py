@@ -17,6 +17,7 @@ from fp8advisor.emit import (
     ConfigFormat,
     Request,
     check,
+    format_warnings,
     parse_format,
     pinned_command,
     read_committed,
@@ -155,6 +156,9 @@ def suggest(
         tensor_parallel=tensor_parallel,
         measured=measured,
     )
+    if config_format is not None:  # on stderr, never in the file: a torchtitan config from other names
+        for warning in format_warnings(advice, config_format):
+            err_console.print(Text("warning: ", style="yellow") + Text(warning), soft_wrap=True)
 
     if check_file is not None:
         assert config_format is not None
