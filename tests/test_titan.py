@@ -251,7 +251,9 @@ def test_names_look_like():
     )
     hf = ["model.layers.0.self_attn.q_proj", "model.layers.0.mlp.gate_proj", "lm_head"]
     assert titan.names_look_like(hf) is None
-    assert titan.names_look_like(["blocks.0.attention.wq", "head"]).head is None  # not torchtitan's head
+    assert (
+        titan.names_look_like(["blocks.0.attention.wq", "output"]).head is None
+    )  # no feed_forward.w1: not torchtitan
     assert titan.llama3_flavor(llama_layers(32).layers) == "8B"
     assert titan.llama3_flavor(llama_layers(3).layers) == "FLAVOR"  # no llama3 flavor is 3 blocks deep
 
@@ -268,3 +270,15 @@ def test_base_recipe_is_torchtitans_own_for_the_flavor():
     assert titan.base_recipe(titan.RegistryName("llama3", "8B")) == "llama3_8b"  # not llama3_8b_mxfp8
     assert titan.base_recipe(titan.RegistryName("qwen3", "0.6B")) == "qwen3_0_6b"
     assert titan.base_recipe(titan.RegistryName("llama3", "1B")) is None
+
+
+def test_real_device_build_is_initialised_as_torchtitan_does_and_runs():
+    """On a real device (verify's real run) torchtitan's own init runs and the substitute attention runs."""
+    torch.manual_seed(0)
+    loaded = load_model("torchtitan:llama3/debugmodel", "cpu")
+    head = loaded.model.lm_head.weight  # torchtitan: trunc_normal(std=dim**-0.5); nn.Linear's own: ~0.036
+    assert head.std().item() == pytest.approx(256**-0.5, rel=0.1)
+    inputs = loaded.example_inputs(1, 32)
+    with torch.no_grad():
+        logits = loaded.model(*inputs.args, **inputs.kwargs)
+    assert logits.shape == (1, 32, 2048) and torch.isfinite(logits).all()
