@@ -259,7 +259,9 @@ def replace_inner_attention(model: nn.Module) -> dict[str, int]:
 
 def base_recipe(name: RegistryName) -> str | None:
     """The function of `torchtitan.models.<MODEL>.config_registry` that is torchtitan's own training recipe
-    for this flavor: the shortest-named public function calling `model_registry(FLAVOR, ...)`; None when
+    for this flavor: of the public functions calling `model_registry(FLAVOR, ...)`, the one whose call
+    changes least (fewest keyword arguments: `llama3_debugmodel` rather than `sft_debugmodel`, which asks
+    for flex attention), then the shortest name (`llama3_8b` rather than `llama3_8b_mxfp8`); None when
     torchtitan is not installed or has none. Read from the source, never run (a recipe builds a whole
     trainer config)."""
     import ast
@@ -274,14 +276,13 @@ def base_recipe(name: RegistryName) -> str | None:
         tree = ast.parse(path.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):
         return None
-    recipes = [
-        function.name
-        for function in tree.body
-        if isinstance(function, ast.FunctionDef)
-        and not function.name.startswith("_")
-        and any(_calls_registry_with(node, name.flavor) for node in ast.walk(function))
-    ]
-    return min(recipes, key=lambda recipe: (len(recipe), recipe), default=None)
+    recipes = []  # (keyword arguments of its model_registry call, len(name), name)
+    for function in tree.body:
+        if isinstance(function, ast.FunctionDef) and not function.name.startswith("_"):
+            calls = [node for node in ast.walk(function) if _calls_registry_with(node, name.flavor)]
+            if calls:
+                recipes.append((min(len(call.keywords) for call in calls), len(function.name), function.name))
+    return min(recipes)[2] if recipes else None
 
 
 def _calls_registry_with(node, flavor: str) -> bool:

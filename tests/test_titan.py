@@ -269,6 +269,8 @@ def test_only_torchtitan_formats_warn():
 def test_base_recipe_is_torchtitans_own_for_the_flavor():
     assert titan.base_recipe(titan.RegistryName("llama3", "8B")) == "llama3_8b"  # not llama3_8b_mxfp8
     assert titan.base_recipe(titan.RegistryName("qwen3", "0.6B")) == "qwen3_0_6b"
+    assert titan.base_recipe(titan.RegistryName("llama3", "debugmodel")) == "llama3_debugmodel"  # not sft_
+    assert titan.base_recipe(titan.RegistryName("deepseek_v3", "16B")) == "deepseek_v3_16b"
     assert titan.base_recipe(titan.RegistryName("llama3", "1B")) is None
 
 
