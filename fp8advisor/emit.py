@@ -9,7 +9,9 @@ Formats (`--format`):
   torchtitan-py     torchtitan 0.3 recipe function: one `Float8LinearConverter.Config(recipe_name=...,
                     filter_fqns=[...], model_compile_enabled=True)` call with literal arguments. 0.3 has no
                     tensorwise recipe (ConfigError), and never `auto_filter_small_kn` (it converts nothing in
-                    0.3).
+                    0.3). From a registry target (`torchtitan:llama3/8B`) the file names that model, flavor
+                    and torchtitan's own recipe for it; from any other target those are placeholders marked
+                    EDIT. Every filter_fqns entry must name a Linear of the model (ConfigError otherwise).
   nemo-automodel    YAML with `compile:` (enabled: true) and `fp8:` (enabled: true, explicit recipe_name,
                     filter_fqns).
   accelerate        Python: `Accelerator(mixed_precision="fp8", kwargs_handlers=[AORecipeKwargs(config=
@@ -48,7 +50,7 @@ from pathlib import Path
 
 import yaml
 
-from fp8advisor import __version__, megatron
+from fp8advisor import __version__, megatron, titan
 from fp8advisor.advise import DEFAULT_MIN_SPEEDUP, Advice, Predictor
 from fp8advisor.errors import ConfigError
 from fp8advisor.files import GENERATED_MARK, write_atomic
@@ -253,11 +255,11 @@ def render(
         return _megatron(advice, request, predictor)
     header = header_lines(advice, request, fmt)
     if not advice.convert_fqns and fmt in FP8_OFF_RENDERERS:
-        return FP8_OFF_RENDERERS[fmt](header)
+        return FP8_OFF_RENDERERS[fmt](header, request)
     if fmt is ConfigFormat.TORCHTITAN_TOML:
         return _torchtitan_toml(advice, header)
     if fmt is ConfigFormat.TORCHTITAN_PY:
-        return _torchtitan_py(advice, header)
+        return _torchtitan_py(advice, header, request)
     if fmt is ConfigFormat.NEMO_AUTOMODEL:
         return _nemo_automodel(advice, header)
     if fmt is ConfigFormat.ACCELERATE:
@@ -291,7 +293,27 @@ def _torchtitan_toml(advice: Advice, header: list[str]) -> str:
     )
 
 
-def _torchtitan_py(advice: Advice, header: list[str]) -> str:
+def unmatched_filter_entries(advice: Advice) -> list[str]:
+    """The filter_fqns entries that name no Linear of the model (torchtitan's substring rule)."""
+    linear = advice.linear_fqns
+    return [entry for entry in advice.filter_fqns if not any(entry in fqn for fqn in linear)]
+
+
+def format_warnings(advice: Advice, fmt: ConfigFormat | str) -> list[str]:
+    """What to tell the user (on stderr, never in the file) about writing `fmt` for this model: a torchtitan
+    config written from another torchtitan version's Linear names (`fp8advisor.titan.version_mismatch`)."""
+    fmt = parse_format(fmt)
+    version = {
+        ConfigFormat.TORCHTITAN_TOML: titan.TORCHTITAN_0_2,
+        ConfigFormat.TORCHTITAN_PY: titan.TORCHTITAN_0_3,
+    }
+    if fmt not in version:
+        return []
+    warning = titan.version_mismatch(advice.layers, version[fmt])
+    return [] if warning is None else [warning]
+
+
+def _torchtitan_py(advice: Advice, header: list[str], request: Request) -> str:
     if advice.recipe is Recipe.TENSORWISE:
         raise ConfigError(
             "torchtitan 0.3 has no tensorwise recipe (Float8LinearConverter.Config accepts rowwise and "
@@ -299,24 +321,25 @@ def _torchtitan_py(advice: Advice, header: list[str]) -> str:
             hint="use --recipe rowwise (or rowwise_with_gw_hp), or --format torchtitan-toml for "
             "torchtitan 0.2.x",
         )
+    unmatched = unmatched_filter_entries(advice)
+    if unmatched:  # the list is derived from these names: an entry naming nothing is a bug, never written
+        raise ConfigError(
+            f"filter_fqns entries {', '.join(map(repr, unmatched))} name no Linear layer of {request.target}",
+            hint="report this: the filter list must come from the model's own Linear FQNs",
+        )
     entries = advice.filter_fqns
     filter_value = "[]" if not entries else "[\n" + _string_list_lines(entries, " " * 20) + " " * 16 + "]"
     return (
         _comment(header)
         + '"""A torchtitan 0.3 recipe function with the float8 layers fp8advisor advised.\n'
         + "\n"
-        + "Edit the two imports marked EDIT (your model's registry and base recipe) and FLAVOR; keep the\n"
-        + "Float8LinearConverter.Config call as generated. filter_fqns keeps in bf16 every Linear whose FQN\n"
-        + "contains an entry (substring match).\n"
+        + _torchtitan_model_lines(request)
+        + "Keep the Float8LinearConverter.Config call as generated. filter_fqns keeps in bf16 every Linear\n"
+        + "whose FQN contains an entry (substring match).\n"
         + '"""\n'
         + "\n"
         + "from torchtitan.components.quantization import Float8LinearConverter\n"
-        + "from torchtitan.models.llama3 import model_registry  # EDIT: your model's registry\n"
-        + "from torchtitan.models.llama3.config_registry import llama3_8b as base_recipe"
-        + "  # EDIT: your base recipe\n"
-        + "from torchtitan.trainer import Trainer\n"
-        + "\n"
-        + 'FLAVOR = "8B"  # EDIT: your model flavor\n'
+        + _torchtitan_imports(request)
         + "\n"
         + "\n"
         + "def float8_advised() -> Trainer.Config:\n"
@@ -333,6 +356,65 @@ def _torchtitan_py(advice: Advice, header: list[str]) -> str:
         + "        ],\n"
         + "    )\n"
         + "    return config\n"
+    )
+
+
+def _registry_name(request: Request) -> titan.RegistryName | None:
+    return titan.parse_registry_name(request.target) if titan.is_registry_target(request.target) else None
+
+
+def _torchtitan_model_lines(request: Request) -> str:
+    """The docstring's paragraph on which torchtitan model the file is for."""
+    name = _registry_name(request)
+    if name is not None:
+        return (
+            f"For torchtitan 0.3's {name.model} model, flavor {name.flavor} ({name}):\n"
+            "the model whose Linear layers fp8advisor read. The base recipe is torchtitan's own for that\n"
+            "flavor: replace it with yours (EDIT), keeping model_registry and FLAVOR.\n"
+            "\n"
+        )
+    return (
+        f"Written from {request.target}, not from torchtitan's registry: the model_registry import, the\n"
+        "base recipe and FLAVOR below are PLACEHOLDERS (llama3 8B) marked EDIT. Set them to the model\n"
+        f"torchtitan builds, whose Linear FQNs must be those of {request.target}.\n"
+        "\n"
+    )
+
+
+def _torchtitan_imports(request: Request) -> str:
+    """The model_registry and base recipe imports, the Trainer import and FLAVOR."""
+    name = _registry_name(request)
+    if name is None:
+        return (
+            "from torchtitan.models.llama3 import model_registry"
+            "  # EDIT: placeholder, your model's registry\n"
+            "from torchtitan.models.llama3.config_registry import llama3_8b as base_recipe"
+            "  # EDIT: placeholder, your base recipe\n"
+            "from torchtitan.trainer import Trainer\n"
+            "\n"
+            'FLAVOR = "8B"  # EDIT: placeholder, your model flavor\n'
+        )
+    recipe = titan.base_recipe(name)
+    recipe_import = stub = ""
+    if recipe is not None:
+        recipe_import = (
+            f"from torchtitan.models.{name.model}.config_registry import {recipe} as base_recipe"
+            "  # EDIT: your base recipe\n"
+        )
+    else:
+        stub = (
+            "\n"
+            "\n"
+            "def base_recipe() -> Trainer.Config:  # EDIT: return your base recipe\n"
+            f'    raise NotImplementedError("torchtitan has no recipe for {name}: write yours")\n'
+        )
+    return (
+        f"from torchtitan.models.{name.model} import model_registry\n"
+        + recipe_import
+        + "from torchtitan.trainer import Trainer\n"
+        + "\n"
+        + f"FLAVOR = {_quoted(name.flavor)}  # {name}\n"
+        + stub
     )
 
 
@@ -561,7 +643,7 @@ def _filter(advice: Advice, header: list[str], *, as_json: bool) -> str:
 _OFF = "FP8 off: nothing is worth converting (see the header), so nothing here enables it."
 
 
-def _torchtitan_toml_off(header: list[str]) -> str:
+def _torchtitan_toml_off(header: list[str], _request: Request) -> str:
     notes = [
         "torchtitan 0.2.x job config. " + _OFF,
         'Leave "quantize.linear.float8" out of [model] converters and train in bf16.',
@@ -569,22 +651,17 @@ def _torchtitan_toml_off(header: list[str]) -> str:
     return _comment(header) + _comment(notes)
 
 
-def _torchtitan_py_off(header: list[str]) -> str:
+def _torchtitan_py_off(header: list[str], request: Request) -> str:
     return (
         _comment(header)
         + '"""A torchtitan 0.3 recipe function without float8: fp8advisor advised no layer.\n'
         + "\n"
-        + "Edit the two imports marked EDIT (your model's registry and base recipe) and FLAVOR. "
+        + _torchtitan_model_lines(request)
         + _OFF
         + "\n"
         + '"""\n'
         + "\n"
-        + "from torchtitan.models.llama3 import model_registry  # EDIT: your model's registry\n"
-        + "from torchtitan.models.llama3.config_registry import llama3_8b as base_recipe"
-        + "  # EDIT: your base recipe\n"
-        + "from torchtitan.trainer import Trainer\n"
-        + "\n"
-        + 'FLAVOR = "8B"  # EDIT: your model flavor\n'
+        + _torchtitan_imports(request)
         + "\n"
         + "\n"
         + "def float8_advised() -> Trainer.Config:\n"
@@ -594,13 +671,13 @@ def _torchtitan_py_off(header: list[str]) -> str:
     )
 
 
-def _nemo_automodel_off(header: list[str]) -> str:
+def _nemo_automodel_off(header: list[str], _request: Request) -> str:
     notes = ["NeMo AutoModel: merge the fp8: section into your recipe YAML. " + _OFF]
     body = yaml.safe_dump({"fp8": {"enabled": False}}, sort_keys=False, default_flow_style=False)
     return _comment(header) + _comment(notes) + body
 
 
-def _accelerate_off(header: list[str]) -> str:
+def _accelerate_off(header: list[str], _request: Request) -> str:
     return (
         _comment(header)
         + '"""accelerate in bf16: fp8advisor advised no layer for float8. '
@@ -613,7 +690,7 @@ def _accelerate_off(header: list[str]) -> str:
     )
 
 
-def _torchao_off(header: list[str]) -> str:
+def _torchao_off(header: list[str], _request: Request) -> str:
     return (
         _comment(header)
         + '"""No torchao float8: fp8advisor advised no layer. '
@@ -631,7 +708,8 @@ def _torchao_off(header: list[str]) -> str:
     )
 
 
-#: The file of each format that leaves FP8 off (the bare filter list has no switch: not here).
+#: The file of each format that leaves FP8 off, from its header and the request (only torchtitan-py names the
+#: model from it); the bare filter list has no switch: not here.
 FP8_OFF_RENDERERS = {
     ConfigFormat.TORCHTITAN_TOML: _torchtitan_toml_off,
     ConfigFormat.TORCHTITAN_PY: _torchtitan_py_off,
@@ -695,10 +773,12 @@ __all__ = [
     "check",
     "fp8_off_reason",
     "SuggestHeader",
+    "format_warnings",
     "header_lines",
     "parse_format",
     "read_header",
     "read_committed",
     "render",
+    "unmatched_filter_entries",
     "write",
 ]

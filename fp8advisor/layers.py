@@ -549,7 +549,7 @@ def inspect_loaded(loaded, *, batch: int = 1, seq: int = 8192, debug: bool = Fal
             location=str(loaded.source_file) if loaded.source_file else None,
             hint="build the model the way training holds it (e.g. nn.Sequential(linear)) and point at that",
         )
-    notes: list[str] = [f"built by {loaded.built_by}"]
+    notes: list[str] = [f"built by {loaded.built_by}", *loaded.notes]
 
     modules = list(model.named_modules())  # deduplicated: each module once, under its first name
     linears = [(fqn, m) for fqn, m in modules if isinstance(m, nn.Linear)]

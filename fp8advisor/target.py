@@ -7,6 +7,9 @@ TARGET forms:
   model.py:NAME(n_layers=4) keyword arguments given as literals: parsed with `ast`, never evaluated
   config.json | DIR         a Hugging Face config (or a directory holding one), built with transformers
                             `from_config`, fully offline (optional extra: `pip install 'fp8advisor[hf]'`)
+  torchtitan:MODEL/FLAVOR   a model of torchtitan's registry, e.g. torchtitan:llama3/8B, built by torchtitan's
+                            own `model_registry` (optional extra: `pip install 'fp8advisor[torchtitan]'`;
+                            `fp8advisor.titan`)
 
 The model is built under `redirect_devices(device)`: every explicit device request (`device="cuda"`,
 `.cuda()`, `.to("cuda")`, `torch.set_default_device`, ...) lands on `device` instead, so a file written for a
@@ -54,10 +57,12 @@ class TargetSpec:
     """A parsed TARGET: where the model comes from and how to build it."""
 
     text: str  # as the user typed it
-    path: Path
-    kind: str  # "python" or "hf_config"
-    name: str | None = None  # factory, class or instance in the file; None = resolve by convention
+    path: Path | None  # the model file or config.json; None for a torchtitan registry target
+    kind: str  # "python", "hf_config" or "torchtitan"
+    # factory, class or instance in the file (None = resolve by convention); torchtitan: the model package
+    name: str | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
+    flavor: str | None = None  # torchtitan: the flavor in the model's registry
 
 
 def _exists(path: Path) -> bool:
@@ -70,9 +75,13 @@ def _exists(path: Path) -> bool:
 
 def parse_target(text: str) -> TargetSpec:
     """Split `model.py:factory(n_layers=4)` into its parts; literal keyword arguments only, never run."""
+    from fp8advisor import titan
+
     text = text.strip()
     if not text:
         raise TargetError("empty TARGET", hint="give a model file (model.py), model.py:NAME or a config.json")
+    if titan.is_registry_target(text):  # before any other form: "torchtitan:llama3/8B" is no file name
+        return titan.parse(text)
     raw_path, name, call = text, None, None
     split = _PATH_AND_REST.match(text)
     if split is not None and not _exists(Path(text)):
@@ -283,14 +292,28 @@ def redirect_devices(device: str | torch.device = "meta", *, skip_init: bool = F
             "device_count": lambda: 1,
         }
     saved = {name: getattr(torch.cuda, name) for name in patches}
+    saved_autocast = torch.autocast
     try:
         for name, replacement in patches.items():
             setattr(torch.cuda, name, replacement)
+        if device.type == "meta":
+            torch.autocast = _MetaAutocast
         with _skip_dynamo_import(), _RedirectDevices(device, skip_init):
             yield
     finally:
         for name, original in saved.items():
             setattr(torch.cuda, name, original)
+        torch.autocast = saved_autocast
+
+
+class _MetaAutocast(torch.autocast):
+    """`torch.autocast(device_type=x.device.type)` (torchtitan's MoE router) raises for "meta", which has no
+    autocast: there it is a disabled autocast instead. Shapes are the same either way."""
+
+    def __init__(self, device_type: str, dtype=None, enabled: bool = True, cache_enabled=None):
+        if device_type == "meta":
+            device_type, dtype, enabled = "cpu", None, False
+        super().__init__(device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -307,6 +330,7 @@ class LoadedModel:
     namespace: dict[str, Any]  # globals of the user's file; {} for a Hugging Face config
     source_file: Path | None  # the user's file (for error locations); None for a Hugging Face config
     built_by: str  # e.g. "llama3_70b()" or "LlamaForCausalLM.from_config(config.json)"
+    notes: list[str] = field(default_factory=list)  # what was changed to build it (inspection prints them)
 
     def example_inputs(self, batch: int, seq: int) -> ExampleInputs:
         return make_example_inputs(self.model, self.namespace, batch, seq, self.device, spec=self.spec)
@@ -333,6 +357,10 @@ def load_model(
     device = torch.device(device)
     if spec.kind == "hf_config":
         return _load_hf(spec, device, overrides or {})
+    if spec.kind == "torchtitan":
+        from fp8advisor import titan
+
+        return titan.load(spec, device, overrides or {})
     return _load_python(spec, device, overrides or {})
 
 

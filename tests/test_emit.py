@@ -366,3 +366,11 @@ def test_nothing_worth_converting_leaves_fp8_off_and_says_why():
     entries = yaml.safe_load(texts[ConfigFormat.FILTER])
     assert not converted_by_framework(model.layers, entries, Framework.TORCHTITAN)
     assert "leave FP8 off" in texts[ConfigFormat.FILTER]
+    # torchtitan-py names the registry model it was written from, FP8 off or on (placeholders otherwise)
+    assert "EDIT: placeholder" in texts[ConfigFormat.TORCHTITAN_PY]
+    titan = render(advice, ConfigFormat.TORCHTITAN_PY, replace(request, target="torchtitan:qwen3/0.6B"))
+    assert (
+        "from torchtitan.models.qwen3 import model_registry\n" in titan
+        and 'FLAVOR = "0.6B"  # torchtitan:qwen3/0.6B\n' in titan
+    )
+    assert "placeholder" not in titan

@@ -18,6 +18,7 @@ from fp8advisor.emit import (
     ConfigFormat,
     Request,
     check,
+    format_warnings,
     parse_format,
     pinned_command,
     read_committed,
@@ -73,7 +74,9 @@ def _input_files(target: str, profile: str | None) -> list[Path]:
 @command("suggest", short_help="Advise which Linear layers to convert; write the training config.")
 def suggest(
     target: str = typer.Argument(
-        ..., help="The model: model.py[:factory(args)], a HF config.json or directory."
+        ...,
+        help="The model: model.py[:factory(args)], a HF config.json or directory, or "
+        "torchtitan:MODEL/FLAVOR.",
     ),
     batch: int = typer.Option(1, "--batch", help="Sequences per step on one GPU."),
     seq: int = typer.Option(8192, "--seq", help="Tokens per sequence."),
@@ -173,6 +176,9 @@ def suggest(
         tensor_parallel=tensor_parallel,
         measured=measured,
     )
+    if config_format is not None:  # on stderr, never in the file: a torchtitan config from other names
+        for warning in format_warnings(advice, config_format):
+            err_console.print(Text("warning: ", style="yellow") + Text(warning), soft_wrap=True)
 
     predictor = default_predictor(choice)  # megatron decides a fused GEMM (qkv, gate+up) with it
     if check_file is not None:

@@ -31,7 +31,9 @@ _SHORT = {
 @command("verify", short_help="Check that a config converts exactly the advised layers.")
 def verify_command(
     target: str = typer.Argument(
-        ..., help="The model: model.py[:factory(args)], a HF config.json or directory."
+        ...,
+        help="The model: model.py[:factory(args)], a HF config.json or directory, or "
+        "torchtitan:MODEL/FLAVOR.",
     ),
     config: str = typer.Option(
         ..., "--config", help="The training config to check (any format suggest writes)."
