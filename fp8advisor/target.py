@@ -7,6 +7,8 @@ TARGET forms:
   model.py:NAME(n_layers=4) keyword arguments given as literals: parsed with `ast`, never evaluated
   config.json | DIR         a Hugging Face config (or a directory holding one), built with transformers
                             `from_config`, fully offline (optional extra: `pip install 'fp8advisor[hf]'`)
+  org/name[@revision]       a Hugging Face Hub id: its config.json alone, through huggingface_hub's cache
+                            (`fp8advisor.hub`); a local path of the same name wins
 
 The model is built under `redirect_devices(device)`: every explicit device request (`device="cuda"`,
 `.cuda()`, `.to("cuda")`, `torch.set_default_device`, ...) lands on `device` instead, so a file written for a
@@ -34,7 +36,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from fp8advisor import compat
+from fp8advisor import compat, hf, hub
 from fp8advisor.errors import CompatError, ModelInputsError, TargetError, quote
 
 FACTORY_NAMES = ("build_model", "build", "get_model", "create_model")
@@ -58,6 +60,7 @@ class TargetSpec:
     kind: str  # "python" or "hf_config"
     name: str | None = None  # factory, class or instance in the file; None = resolve by convention
     kwargs: dict[str, Any] = field(default_factory=dict)
+    hub_id: str | None = None  # "org/name[@revision]" when `path` is a config.json fetched from the Hub
 
 
 def _exists(path: Path) -> bool:
@@ -88,6 +91,9 @@ def parse_target(text: str) -> TargetSpec:
     path = Path(raw_path)
     kwargs = _parse_kwargs(call, text) if call else {}
     if not _exists(path):
+        hub_id = hub.parse_hub_id(text) if raw_path == text else None
+        if hub_id is not None:  # no local path of that name: a Hugging Face Hub id
+            return TargetSpec(text, hub.fetch_config(*hub_id), "hf_config", hub_id=text)
         raise TargetError(
             f"no such file or directory: {quote(raw_path)}", hint="check the path of the model file"
         )
@@ -616,24 +622,20 @@ def _call_user(factory: Callable, kwargs: dict[str, Any], spec: TargetSpec, buil
 
 
 def _load_hf(spec: TargetSpec, device: torch.device, overrides: dict[str, Any]) -> LoadedModel:
-    # Fully offline: a config never needs the Hub; set before transformers is imported.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    try:
-        import transformers
-    except ImportError:
-        raise TargetError(
-            "reading a Hugging Face config needs the transformers package",
-            hint="pip install 'fp8advisor[hf]'",
-        ) from None
     overrides = {**spec.kwargs, **overrides}
-    try:
-        config = transformers.AutoConfig.from_pretrained(str(spec.path), local_files_only=True, **overrides)
-    except Exception as error:
-        raise TargetError(
-            f"transformers cannot read {spec.path}: {describe_error(error)}",
-            hint="check that config.json names a model_type this transformers version knows",
-        ) from error
+    source = spec.hub_id or spec.path  # what the user named
+    with hf.light_imports():  # the config's and the model's modules, without what building never uses
+        transformers = hf.import_transformers()
+        try:
+            config = transformers.AutoConfig.from_pretrained(
+                str(spec.path), local_files_only=True, **overrides
+            )
+        except Exception as error:
+            raise TargetError(
+                f"transformers cannot read {source}: {describe_error(error)}",
+                hint="check that config.json names a model_type this transformers version knows",
+            ) from error
+        hf.import_model_classes(transformers, config)
     with redirect_devices(device, skip_init=True):
         built_by = ""
         errors = []
@@ -642,18 +644,18 @@ def _load_hf(spec: TargetSpec, device: torch.device, overrides: dict[str, Any]) 
                 # Eager attention: the sdpa path asks data-dependent questions of the mask (`.all()`), which a
                 # meta tensor cannot answer; the Linear layers are the same either way.
                 model = auto.from_config(config, attn_implementation="eager")
-                built_by = f"{auto.__name__}.from_config({spec.path})"
+                built_by = f"{auto.__name__}.from_config({source})"
                 break
             except ValueError as error:  # this auto class does not know the config's model type
                 errors.append(error)
             except Exception as error:
                 raise TargetError(
-                    f"transformers failed to build {spec.path}: {describe_error(error)}",
+                    f"transformers failed to build {source}: {describe_error(error)}",
                     hint="check the config; run with --debug for the full traceback",
                 ) from error
         else:
             raise TargetError(
-                f"transformers has no model class for {spec.path}: {describe_error(errors[-1])}",
+                f"transformers has no model class for {source}: {describe_error(errors[-1])}",
                 hint="check model_type in config.json, or upgrade transformers",
             )
     return LoadedModel(model, spec, device, {}, None, built_by)
