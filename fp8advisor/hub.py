@@ -34,14 +34,13 @@ def parse_hub_id(text: str) -> tuple[str, str | None] | None:
 def fetch_config(repo_id: str, revision: str | None = None) -> Path:
     """The local path of the repo's config.json: from the cache, else downloaded (that file alone)."""
     try:
-        from huggingface_hub import constants, hf_hub_download
+        from huggingface_hub import constants, errors, hf_hub_download
         from huggingface_hub.errors import (
             GatedRepoError,
             HfHubHTTPError,
             HFValidationError,
             LocalEntryNotFoundError,
             OfflineModeIsEnabled,
-            RemoteEntryNotFoundError,
             RepositoryNotFoundError,
             RevisionNotFoundError,
         )
@@ -50,6 +49,8 @@ def fetch_config(repo_id: str, revision: str | None = None) -> Path:
             f"reading the Hugging Face Hub id {quote(repo_id)} needs the huggingface_hub package",
             hint="pip install 'fp8advisor[hf]'",
         ) from None
+    # huggingface_hub < 1.0 has no RemoteEntryNotFoundError: its EntryNotFoundError is the remote one there.
+    RemoteEntryNotFoundError = getattr(errors, "RemoteEntryNotFoundError", errors.EntryNotFoundError)
     name = repo_id if revision is None else f"{repo_id}@{revision}"
     page = f"{constants.ENDPOINT}/{repo_id}"
     try:
@@ -71,13 +72,7 @@ def fetch_config(repo_id: str, revision: str | None = None) -> Path:
             f"the Hugging Face model {repo_id} has no revision {quote(revision)}",
             hint=f"give a branch, tag or commit listed on {page}/tree/main, or leave out @revision",
         ) from None
-    except RemoteEntryNotFoundError:
-        raise TargetError(
-            f"the Hugging Face model {name} has no {CONFIG_NAME}",
-            hint="only repos holding a transformers config.json can be read; download its model code "
-            "and give model.py instead",
-        ) from None
-    except LocalEntryNotFoundError as error:  # not in the cache, and the Hub could not be asked
+    except LocalEntryNotFoundError as error:  # not cached, the Hub not asked (before the remote one)
         if isinstance(error.__cause__, OfflineModeIsEnabled) or constants.HF_HUB_OFFLINE:
             raise TargetError(
                 f"{name}: HF_HUB_OFFLINE is set and its {CONFIG_NAME} is not in the local Hugging Face "
@@ -90,6 +85,12 @@ def fetch_config(repo_id: str, revision: str | None = None) -> Path:
             f"local cache: {_cause(error)}",
             hint="check the network (or HF_ENDPOINT, HTTPS_PROXY), or fetch it where there is one: "
             f"`hf download {repo_id} {CONFIG_NAME}`",
+        ) from None
+    except RemoteEntryNotFoundError:
+        raise TargetError(
+            f"the Hugging Face model {name} has no {CONFIG_NAME}",
+            hint="only repos holding a transformers config.json can be read; download its model code "
+            "and give model.py instead",
         ) from None
     except HfHubHTTPError as error:
         status = getattr(getattr(error, "response", None), "status_code", None)

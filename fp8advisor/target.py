@@ -91,7 +91,7 @@ def parse_target(text: str) -> TargetSpec:
     path = Path(raw_path)
     kwargs = _parse_kwargs(call, text) if call else {}
     if not _exists(path):
-        hub_id = hub.parse_hub_id(text) if raw_path == text else None
+        hub_id = hub.parse_hub_id(text) if split is None else None  # model.py, config.json: paths
         if hub_id is not None:  # no local path of that name: a Hugging Face Hub id
             return TargetSpec(text, hub.fetch_config(*hub_id), "hf_config", hub_id=text)
         raise TargetError(
