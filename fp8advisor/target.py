@@ -75,7 +75,10 @@ def parse_target(text: str) -> TargetSpec:
     """Split `model.py:factory(n_layers=4)` into its parts; literal keyword arguments only, never run."""
     text = text.strip()
     if not text:
-        raise TargetError("empty TARGET", hint="give a model file (model.py), model.py:NAME or a config.json")
+        raise TargetError(
+            "empty TARGET",
+            hint="give a model file (model.py), model.py:NAME, a config.json or a Hub id (org/name)",
+        )
     raw_path, name, call = text, None, None
     split = _PATH_AND_REST.match(text)
     if split is not None and not _exists(Path(text)):

@@ -253,8 +253,8 @@ def bench(
         typer.Option(
             "--model",
             help="Measure this model's own blocks in context instead of a grid: model.py[:factory(args)] or "
-            "a "
-            "HF config (results default to the profile directory's in-context/, where suggest finds them).",
+            "a HF config or Hub id (org/name) (results default to the profile directory's in-context/, where "
+            "suggest finds them).",
         ),
     ] = None,
     batch: Annotated[int, typer.Option("--batch", help="With --model: sequences per step on one GPU.")] = 1,

@@ -26,7 +26,8 @@ _STATUS_STYLE = {
 def layers(
     target: str = typer.Argument(
         ...,
-        help="model.py, model.py:NAME, 'model.py:NAME(key=value)', a Hugging Face config.json or its folder.",
+        help="model.py, model.py:NAME, 'model.py:NAME(key=value)', a Hugging Face config.json or its folder, "
+        "or a Hub id (org/name).",
     ),
     batch: int = typer.Option(1, "--batch", "-b", min=1, help="Sequences per step on one GPU."),
     seq: int = typer.Option(8192, "--seq", "-s", min=1, help="Tokens per sequence."),

@@ -59,7 +59,7 @@ def _input_files(target: str, profile: str | None) -> list[Path]:
 @command("suggest")
 def suggest(
     target: str = typer.Argument(
-        ..., help="The model: model.py[:factory(args)], a HF config.json or directory."
+        ..., help="The model: model.py[:factory(args)], a HF config.json or directory, a Hub id (org/name)."
     ),
     batch: int = typer.Option(1, "--batch", help="Sequences per step on one GPU."),
     seq: int = typer.Option(8192, "--seq", help="Tokens per sequence."),

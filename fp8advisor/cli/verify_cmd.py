@@ -30,7 +30,7 @@ _SHORT = {
 @command("verify")
 def verify_command(
     target: str = typer.Argument(
-        ..., help="The model: model.py[:factory(args)], a HF config.json or directory."
+        ..., help="The model: model.py[:factory(args)], a HF config.json or directory, a Hub id (org/name)."
     ),
     config: str = typer.Option(
         ..., "--config", help="The training config to check (any format suggest writes)."
