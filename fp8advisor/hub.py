@@ -77,8 +77,8 @@ def fetch_config(repo_id: str, revision: str | None = None) -> Path:
             raise TargetError(
                 f"{name}: HF_HUB_OFFLINE is set and its {CONFIG_NAME} is not in the local Hugging Face "
                 f"cache ({constants.HF_HUB_CACHE})",
-                hint=f"unset HF_HUB_OFFLINE to download it, or fetch it first where there is a network: "
-                f"`hf download {repo_id} {CONFIG_NAME}`",
+                hint="unset HF_HUB_OFFLINE (and TRANSFORMERS_OFFLINE) to download it, or fetch it first "
+                f"where there is a network: `hf download {repo_id} {CONFIG_NAME}`",
             ) from None
         raise TargetError(
             f"cannot reach the Hugging Face Hub to fetch {name}'s {CONFIG_NAME}, and it is not in the "
