@@ -1,5 +1,5 @@
-"""Run by tests/test_hub.py in a fresh interpreter: what building from a Hugging Face config imports, and
-`compat.dynamo_deferred` on its own. Prints one JSON line."""
+"""Run by tests/test_hub.py in a fresh interpreter: what building from a Hugging Face config (argv[1]: a path
+or a Hub id) imports, and `compat.dynamo_deferred` on its own. Prints one JSON line."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ found: dict = {}
 
 loaded = load_model(sys.argv[1], "meta")
 found["after_build"] = {name: name in sys.modules for name in HEAVY}
+found["built_by"] = loaded.built_by
 found["linears"] = sum(isinstance(module, torch.nn.Linear) for module in loaded.model.modules())
 
 # Decorated while torch._dynamo stands in: nothing imported until a decorated function is first called.

@@ -157,6 +157,14 @@ def test_local_path_wins_over_hub_id(hub_cache, tmp_path, monkeypatch):
     assert spec.hub_id is None and spec.path == Path(REPO) / "config.json"
 
 
+def test_local_folder_without_config_is_not_looked_up(tmp_path, monkeypatch):
+    (tmp_path / REPO).mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    _failing_download(monkeypatch, AssertionError("the Hub was asked"))
+    with pytest.raises(TargetError, match=f"{REPO} is a directory without a config.json"):
+        parse_target(REPO)
+
+
 def _without_source(payload: dict) -> dict:
     """The document less what names the target (the id, or the path to the same config.json)."""
     notes = [note for note in payload.get("notes", []) if not note.startswith("built by")]
@@ -259,12 +267,21 @@ def test_server_error(monkeypatch):
 # ------------------------------------------------------------------- what building from a config imports
 
 
-def test_building_from_a_config_imports_neither_dynamo_nor_torchao_nor_scipy():
-    """In a fresh interpreter (this one may have imported them for other tests): tests/_light_imports.py."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+def test_building_from_a_hub_id_imports_neither_dynamo_nor_torchao_nor_scipy(tmp_path):
+    """In a fresh interpreter (this one may have imported them for other tests): tests/_light_imports.py,
+    with the cache and offline mode given by the environment alone."""
+    tiny = json.loads((MODELS_DIR / "tiny_llama_hf" / "config.json").read_text())
+    _cache_repo(tmp_path / "hf" / "hub", "org/tiny-llama", tiny)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).parents[1]),
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_OFFLINE": "1",
+    }
+    env.pop("HF_HUB_CACHE", None)
     script = Path(__file__).parent / "_light_imports.py"
     done = subprocess.run(
-        [sys.executable, str(script), str(MODELS_DIR / "tiny_llama_hf")],
+        [sys.executable, str(script), "org/tiny-llama"],
         capture_output=True,
         text=True,
         env=env,
@@ -273,6 +290,7 @@ def test_building_from_a_config_imports_neither_dynamo_nor_torchao_nor_scipy():
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout.splitlines()[-1])
     heavy = ("torch._dynamo", "torchao", "scipy", "torch.distributed.tensor")
+    assert found["built_by"] == "AutoModelForCausalLM.from_config(org/tiny-llama)"
     assert found["after_build"] == dict.fromkeys(heavy, False)
     assert found["linears"] == 2 * 7 + 1
     assert found["after_decorating"] == {"dynamo_imported": False, "torch_attribute": False}
