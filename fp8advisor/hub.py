@@ -75,16 +75,16 @@ def fetch_config(repo_id: str, revision: str | None = None) -> Path:
     except LocalEntryNotFoundError as error:  # not cached, the Hub not asked (before the remote one)
         if isinstance(error.__cause__, OfflineModeIsEnabled) or constants.HF_HUB_OFFLINE:
             raise TargetError(
-                f"{name}: HF_HUB_OFFLINE is set and its {CONFIG_NAME} is not in the local Hugging Face "
-                f"cache ({constants.HF_HUB_CACHE})",
+                f"no local path {quote(name)}, and HF_HUB_OFFLINE is set while the Hub model's "
+                f"{CONFIG_NAME} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE})",
                 hint="unset HF_HUB_OFFLINE (and TRANSFORMERS_OFFLINE) to download it, or fetch it first "
-                f"where there is a network: `hf download {repo_id} {CONFIG_NAME}`",
+                f"where there is a network: `hf download {repo_id} {CONFIG_NAME}`; or check the path",
             ) from None
         raise TargetError(
-            f"cannot reach the Hugging Face Hub to fetch {name}'s {CONFIG_NAME}, and it is not in the "
-            f"local cache: {_cause(error)}",
+            f"no local path {quote(name)}, and the Hugging Face Hub cannot be reached to fetch its "
+            f"{CONFIG_NAME}, which is not in the local cache: {_cause(error)}",
             hint="check the network (or HF_ENDPOINT, HTTPS_PROXY), or fetch it where there is one: "
-            f"`hf download {repo_id} {CONFIG_NAME}`",
+            f"`hf download {repo_id} {CONFIG_NAME}`; or check the path",
         ) from None
     except RemoteEntryNotFoundError:
         raise TargetError(

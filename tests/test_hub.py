@@ -196,9 +196,10 @@ def test_hub_id_gives_what_its_config_json_gives(hub_cache, requested, tmp_path,
 def test_uncached_id_offline(hub_cache):
     result = _run("layers", "someone/not-downloaded")
     assert result.exit_code == 2
-    assert "someone/not-downloaded: HF_HUB_OFFLINE is set and its config.json is not in the local" in (
+    assert "no local path 'someone/not-downloaded', and HF_HUB_OFFLINE is set while the Hub model's" in (
         result.output
     )
+    assert "config.json is not in the local Hugging Face cache" in result.output
     assert "unset HF_HUB_OFFLINE" in result.output
     assert "hf download someone/not-downloaded config.json" in result.output
     assert "Traceback" not in result.output
@@ -253,7 +254,9 @@ def test_network_error(monkeypatch):
     _failing_download(monkeypatch, error)
     with pytest.raises(TargetError) as raised:
         parse_target(REPO)
-    assert "cannot reach the Hugging Face Hub" in raised.value.message
+    assert "no local path 'meta-llama/Llama-3.1-8B', and the Hugging Face Hub cannot be reached" in (
+        raised.value.message
+    )
     assert "ConnectionError: [Errno -3] Temporary failure in name resolution" in raised.value.message
     assert "HF_HUB_OFFLINE" not in raised.value.message
 
