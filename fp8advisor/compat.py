@@ -10,11 +10,15 @@ message naming the installed version and the missing name, unless a docstring sa
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import functools
 import importlib
+import importlib.abc
+import importlib.util
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from fp8advisor.errors import CompatError
@@ -148,6 +152,130 @@ def dynamo_disabled_functions() -> list[Callable]:
             if isinstance(content, (types.FunctionType, functools.partial)):
                 pending.append(content)
     return found
+
+
+#: What transformers takes from torch._dynamo while its modules are imported (`dynamo_deferred`): the
+#: decorators that mark functions for torch.compile, and the mode its vmap mask path enters.
+_DYNAMO = "torch._dynamo"
+_DYNAMO_DECORATORS = ("disable", "assume_constant_result", "allow_in_graph")
+_DYNAMO_GETITEM = "torch._dynamo._trace_wrapped_higher_order_op"
+_DYNAMO_GETITEM_CLASS = "TransformGetItemToIndex"
+
+
+@contextlib.contextmanager
+def dynamo_deferred() -> Iterator[None]:
+    """Import code that decorates functions with torch._dynamo without importing torch._dynamo (as much
+    again as torch itself: it brings inductor, triton and sympy).
+
+    transformers 5 imports torch._dynamo with its modules only to mark functions for torch.compile
+    (`torch.compiler.disable`, `torch._dynamo.allow_in_graph`, `assume_constant_result`) and to name
+    `TransformGetItemToIndex`. While the context is open, `torch._dynamo` is a stand-in: those decorators
+    return wrappers that apply the real one on the function's first call (as torch's own
+    `torch._disable_dynamo` does), and `TransformGetItemToIndex()` builds the real one. Anything else asked of
+    torch._dynamo (another attribute, a submodule) imports the real package there and then and answers from
+    it: the stand-in saves time, it never changes an answer. Nothing changes when torch._dynamo is imported.
+    """
+    if _DYNAMO in sys.modules:
+        yield
+        return
+    package = types.ModuleType(_DYNAMO, "stand-in for torch._dynamo (fp8advisor.compat.dynamo_deferred)")
+    package.__path__ = []  # a package: a submodule import reaches _RealDynamoFinder
+    getitem = types.ModuleType(_DYNAMO_GETITEM)
+    standins = {_DYNAMO: package, _DYNAMO_GETITEM: getitem}
+
+    def real() -> types.ModuleType:
+        for name, module in standins.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
+        return importlib.import_module(_DYNAMO)
+
+    for name in _DYNAMO_DECORATORS:
+        setattr(package, name, _deferred_decorator(name, real))
+    setattr(getitem, _DYNAMO_GETITEM_CLASS, _deferred_class(_DYNAMO_GETITEM, _DYNAMO_GETITEM_CLASS, real))
+    package.__getattr__ = _forwarded(_DYNAMO, real)
+    getitem.__getattr__ = _forwarded(_DYNAMO_GETITEM, real)
+    finder = _RealDynamoFinder(package, real)
+    sys.modules.update(standins)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)
+        for name, module in standins.items():
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
+
+
+def _deferred_decorator(name: str, real: Callable[[], types.ModuleType]) -> Callable:
+    """`torch._dynamo.<name>` applied on the decorated function's first call rather than at import."""
+
+    def decorate(fn: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if fn is None:  # given arguments only: @torch.compiler.disable(recursive=False)
+            return lambda function: decorate(function, *args, **kwargs)
+        if not isinstance(fn, types.FunctionType):  # a class, a list...: nothing to defer
+            return getattr(real(), name)(fn, *args, **kwargs)
+        applied: list[Callable] = []
+
+        @functools.wraps(fn)
+        def first_call_applies(*call_args: Any, **call_kwargs: Any) -> Any:
+            if not applied:
+                applied.append(getattr(real(), name)(fn, *args, **kwargs))
+            return applied[0](*call_args, **call_kwargs)
+
+        return first_call_applies
+
+    return decorate
+
+
+def _deferred_class(module: str, name: str, real: Callable[[], types.ModuleType]) -> type:
+    """A class whose instances are `module.name`'s, the real module imported on the first one."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        real()
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    return type(name, (), {"__new__": __new__, "__doc__": f"builds {module}.{name} (deferred import)"})
+
+
+def _forwarded(module: str, real: Callable[[], types.ModuleType]) -> Callable[[str], Any]:
+    def __getattr__(attribute: str) -> Any:
+        if attribute.startswith("__"):  # introspection (inspect.getmodule asks every module for __file__)
+            raise AttributeError(attribute)
+        real()
+        return getattr(importlib.import_module(module), attribute)
+
+    return __getattr__
+
+
+class _AlreadyLoaded(importlib.abc.Loader):
+    def __init__(self, module: types.ModuleType):
+        self.module = module
+
+    def create_module(self, spec: Any) -> types.ModuleType:
+        return self.module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        pass
+
+
+class _RealDynamoFinder(importlib.abc.MetaPathFinder):
+    """A torch._dynamo submodule asked for while the stand-in is in place: the real package first."""
+
+    def __init__(self, package: types.ModuleType, real: Callable[[], types.ModuleType]):
+        self.package = package
+        self.real = real
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if not fullname.startswith(_DYNAMO + ".") or sys.modules.get(_DYNAMO) is not self.package:
+            return None
+        self.real()  # may import `fullname` itself, as part of the package
+        module = sys.modules.get(fullname)
+        if module is None:
+            return importlib.util.find_spec(fullname)
+        spec = copy.copy(module.__spec__)
+        spec.loader = _AlreadyLoaded(module)
+        return spec
 
 
 # --- torch: tracing what a forward runs ---------------------------------------------------------------------
@@ -331,6 +459,7 @@ __all__ = [
     "current_autograd_node",
     "device_constructors",
     "dynamo_disabled_functions",
+    "dynamo_deferred",
     "dynamo_imported",
     "dynamo_reset",
     "eager_dispatch_mode",

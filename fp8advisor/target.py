@@ -10,6 +10,8 @@ TARGET forms:
   torchtitan:MODEL/FLAVOR   a model of torchtitan's registry, e.g. torchtitan:llama3/8B, built by torchtitan's
                             own `model_registry` (optional extra: `pip install 'fp8advisor[torchtitan]'`;
                             `fp8advisor.titan`)
+  org/name[@revision]       a Hugging Face Hub id: its config.json alone, through huggingface_hub's cache
+                            (`fp8advisor.hub`); a local path of the same name wins
 
 The model is built under `redirect_devices(device)`: every explicit device request (`device="cuda"`,
 `.cuda()`, `.to("cuda")`, `torch.set_default_device`, ...) lands on `device` instead, so a file written for a
@@ -37,7 +39,7 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from fp8advisor import compat
+from fp8advisor import compat, hf, hub
 from fp8advisor.errors import CompatError, ModelInputsError, TargetError, quote
 
 FACTORY_NAMES = ("build_model", "build", "get_model", "create_model")
@@ -63,6 +65,7 @@ class TargetSpec:
     name: str | None = None
     kwargs: dict[str, Any] = field(default_factory=dict)
     flavor: str | None = None  # torchtitan: the flavor in the model's registry
+    hub_id: str | None = None  # "org/name[@revision]" when `path` is a config.json fetched from the Hub
 
 
 def _exists(path: Path) -> bool:
@@ -79,7 +82,11 @@ def parse_target(text: str) -> TargetSpec:
 
     text = text.strip()
     if not text:
-        raise TargetError("empty TARGET", hint="give a model file (model.py), model.py:NAME or a config.json")
+        raise TargetError(
+            "empty TARGET",
+            hint="give a model file (model.py), model.py:NAME, a config.json, a Hub id (org/name) or "
+            "torchtitan:MODEL/FLAVOR",
+        )
     if titan.is_registry_target(text):  # before any other form: "torchtitan:llama3/8B" is no file name
         return titan.parse(text)
     raw_path, name, call = text, None, None
@@ -97,6 +104,9 @@ def parse_target(text: str) -> TargetSpec:
     path = Path(raw_path)
     kwargs = _parse_kwargs(call, text) if call else {}
     if not _exists(path):
+        hub_id = hub.parse_hub_id(text) if split is None else None  # model.py, config.json: paths
+        if hub_id is not None:  # no local path of that name: a Hugging Face Hub id
+            return TargetSpec(text, hub.fetch_config(*hub_id), "hf_config", hub_id=text)
         raise TargetError(
             f"no such file or directory: {quote(raw_path)}", hint="check the path of the model file"
         )
@@ -644,24 +654,20 @@ def _call_user(factory: Callable, kwargs: dict[str, Any], spec: TargetSpec, buil
 
 
 def _load_hf(spec: TargetSpec, device: torch.device, overrides: dict[str, Any]) -> LoadedModel:
-    # Fully offline: a config never needs the Hub; set before transformers is imported.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    try:
-        import transformers
-    except ImportError:
-        raise TargetError(
-            "reading a Hugging Face config needs the transformers package",
-            hint="pip install 'fp8advisor[hf]'",
-        ) from None
     overrides = {**spec.kwargs, **overrides}
-    try:
-        config = transformers.AutoConfig.from_pretrained(str(spec.path), local_files_only=True, **overrides)
-    except Exception as error:
-        raise TargetError(
-            f"transformers cannot read {spec.path}: {describe_error(error)}",
-            hint="check that config.json names a model_type this transformers version knows",
-        ) from error
+    source = spec.hub_id or spec.path  # what the user named
+    with hf.light_imports():  # the config's and the model's modules, without what building never uses
+        transformers = hf.import_transformers()
+        try:
+            config = transformers.AutoConfig.from_pretrained(
+                str(spec.path), local_files_only=True, **overrides
+            )
+        except Exception as error:
+            raise TargetError(
+                f"transformers cannot read {source}: {describe_error(error)}",
+                hint="check that config.json names a model_type this transformers version knows",
+            ) from error
+        hf.import_model_classes(transformers, config)
     with redirect_devices(device, skip_init=True):
         built_by = ""
         errors = []
@@ -670,18 +676,18 @@ def _load_hf(spec: TargetSpec, device: torch.device, overrides: dict[str, Any]) 
                 # Eager attention: the sdpa path asks data-dependent questions of the mask (`.all()`), which a
                 # meta tensor cannot answer; the Linear layers are the same either way.
                 model = auto.from_config(config, attn_implementation="eager")
-                built_by = f"{auto.__name__}.from_config({spec.path})"
+                built_by = f"{auto.__name__}.from_config({source})"
                 break
             except ValueError as error:  # this auto class does not know the config's model type
                 errors.append(error)
             except Exception as error:
                 raise TargetError(
-                    f"transformers failed to build {spec.path}: {describe_error(error)}",
+                    f"transformers failed to build {source}: {describe_error(error)}",
                     hint="check the config; run with --debug for the full traceback",
                 ) from error
         else:
             raise TargetError(
-                f"transformers has no model class for {spec.path}: {describe_error(errors[-1])}",
+                f"transformers has no model class for {source}: {describe_error(errors[-1])}",
                 hint="check model_type in config.json, or upgrade transformers",
             )
     return LoadedModel(model, spec, device, {}, None, built_by)

@@ -254,8 +254,8 @@ def bench(
         typer.Option(
             "--model",
             help="Measure this model's own blocks in context instead of a grid: model.py[:factory(args)], "
-            "a HF config or torchtitan:MODEL/FLAVOR (results default to the profile directory's "
-            "in-context/, where suggest finds them).",
+            "a HF config, a Hub id (org/name) or torchtitan:MODEL/FLAVOR (results default to the profile "
+            "directory's in-context/, where suggest finds them).",
         ),
     ] = None,
     batch: Annotated[int, typer.Option("--batch", help="With --model: sequences per step on one GPU.")] = 1,

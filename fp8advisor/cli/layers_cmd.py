@@ -27,7 +27,7 @@ def layers(
     target: str = typer.Argument(
         ...,
         help="model.py, model.py:NAME, 'model.py:NAME(key=value)', a Hugging Face config.json or its folder, "
-        "or torchtitan:MODEL/FLAVOR.",
+        "a Hub id (org/name) or torchtitan:MODEL/FLAVOR.",
     ),
     batch: int = typer.Option(1, "--batch", "-b", min=1, help="Sequences per step on one GPU."),
     seq: int = typer.Option(8192, "--seq", "-s", min=1, help="Tokens per sequence."),

@@ -75,7 +75,7 @@ def _input_files(target: str, profile: str | None) -> list[Path]:
 def suggest(
     target: str = typer.Argument(
         ...,
-        help="The model: model.py[:factory(args)], a HF config.json or directory, or "
+        help="The model: model.py[:factory(args)], a HF config.json or directory, a Hub id (org/name), or "
         "torchtitan:MODEL/FLAVOR.",
     ),
     batch: int = typer.Option(1, "--batch", help="Sequences per step on one GPU."),

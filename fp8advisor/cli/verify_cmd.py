@@ -32,7 +32,7 @@ _SHORT = {
 def verify_command(
     target: str = typer.Argument(
         ...,
-        help="The model: model.py[:factory(args)], a HF config.json or directory, or "
+        help="The model: model.py[:factory(args)], a HF config.json or directory, a Hub id (org/name), or "
         "torchtitan:MODEL/FLAVOR.",
     ),
     config: str = typer.Option(

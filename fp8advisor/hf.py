@@ -1,0 +1,96 @@
+"""transformers, imported to build a model from its config on the meta device, and nothing more.
+
+Importing a model class imports most of transformers: modules for quantized checkpoints (which import torchao,
+and with it torch._dynamo), object-detection losses (scipy.optimize), tensor parallelism
+(torch.distributed.tensor, sympy), kernels marked for torch.compile (torch._dynamo). None of them builds or
+runs a model from a config, and together they cost more than torch itself.
+`light_imports` keeps them out while the config and the model class are imported; the model is built after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+from fp8advisor import compat
+from fp8advisor.errors import TargetError
+
+#: What transformers imports only for what building a model from its config never uses: torchao for its
+#: quantizer (torchao-quantized checkpoints), scipy for object-detection losses, torch.distributed.tensor
+#: (with sympy) for tensor and expert parallelism. transformers asks `is_<name>_available()` before importing
+#: them; while `light_imports` is open the answer is no, and the modules imported then keep that answer: in
+#: this process transformers can then neither load a torchao-quantized checkpoint nor shard a model itself.
+UNUSED_PACKAGES = ("torchao", "scipy", "torch_distributed")
+
+#: A config never needs the Hub (a Hub id is fetched before, by `fp8advisor.hub`): transformers stays offline.
+_OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def import_transformers() -> ModuleType:
+    try:
+        import transformers
+    except ImportError:
+        raise TargetError(
+            "reading a Hugging Face config needs the transformers package",
+            hint="pip install 'fp8advisor[hf]'",
+        ) from None
+    return transformers
+
+
+@contextlib.contextmanager
+def light_imports() -> Iterator[None]:
+    """While open: transformers imports its modules without the optional packages in `UNUSED_PACKAGES`
+    nor torch._dynamo (`compat.dynamo_deferred`), and offline. Build the model after it closes."""
+    with _environment(_OFFLINE_ENV), compat.dynamo_deferred(), _unavailable(UNUSED_PACKAGES):
+        yield
+
+
+def import_model_classes(transformers: ModuleType, config: Any) -> None:
+    """Import the modules of the model classes `AutoModelForCausalLM` / `AutoModel` would build for `config`
+    (inside `light_imports`); a config they do not know is left for `from_config` to report."""
+    for mapping in (transformers.MODEL_FOR_CAUSAL_LM_MAPPING, transformers.MODEL_MAPPING):
+        if type(config) in mapping:
+            mapping[type(config)]
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """Set the variables that are not set, for the duration only."""
+    added = [name for name in values if name not in os.environ]
+    try:
+        for name in added:
+            os.environ[name] = values[name]
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
+
+
+@contextlib.contextmanager
+def _unavailable(packages: tuple[str, ...]) -> Iterator[None]:
+    """transformers' `is_<package>_available()` answers False, where transformers defines it."""
+    try:
+        import transformers.utils as utils
+        from transformers.utils import import_utils
+    except ImportError:
+        yield
+        return
+    saved = []
+    for module in (import_utils, utils):
+        for package in packages:
+            name = f"is_{package}_available"
+            if hasattr(module, name):
+                saved.append((module, name, getattr(module, name)))
+                setattr(module, name, _not_available)
+    try:
+        yield
+    finally:
+        for module, name, original in saved:
+            setattr(module, name, original)
+
+
+def _not_available(*args: Any, **kwargs: Any) -> bool:
+    return False

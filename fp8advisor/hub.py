@@ -1,0 +1,126 @@
+"""Hugging Face Hub ids as targets: `org/name` (or `org/name@revision`) names the model's config.json.
+
+Only `config.json` is ever requested, through `huggingface_hub.hf_hub_download`, which keeps the local cache
+(`HF_HUB_CACHE`, `HF_HOME`), answers from it when offline (`HF_HUB_OFFLINE=1`) and sends the token of
+`hf auth login` or `HF_TOKEN` for gated and private repos: never the weights. Each way the fetch can fail
+becomes one `TargetError` that says what to do.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from fp8advisor.errors import TargetError, quote
+
+CONFIG_NAME = "config.json"
+
+# `org/name` as the Hub spells repo ids (word characters, '-', '.'; at most 96 per part), then an optional
+# `@revision` (a branch, tag or commit). No ':' anywhere: `prefix:...` forms are other kinds of target.
+_HUB_ID = re.compile(
+    r"^(?P<repo>[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95})(?:@(?P<revision>[\w.][\w./-]{0,199}))?$"
+)
+
+
+def parse_hub_id(text: str) -> tuple[str, str | None] | None:
+    """(repo id, revision or None) when `text` is written like a Hub id, else None. Only the form is
+    checked: whether the repo exists is the Hub's answer (`fetch_config`)."""
+    match = _HUB_ID.match(text)
+    if match is None or ".." in text or "--" in match.group("repo"):
+        return None  # the Hub refuses '--' and '..' in ids; such a text is a path
+    return match.group("repo"), match.group("revision")
+
+
+def fetch_config(repo_id: str, revision: str | None = None) -> Path:
+    """The local path of the repo's config.json: from the cache, else downloaded (that file alone)."""
+    try:
+        from huggingface_hub import constants, errors, hf_hub_download
+        from huggingface_hub.errors import (
+            GatedRepoError,
+            HfHubHTTPError,
+            HFValidationError,
+            LocalEntryNotFoundError,
+            OfflineModeIsEnabled,
+            RepositoryNotFoundError,
+            RevisionNotFoundError,
+        )
+    except ImportError:
+        raise TargetError(
+            f"reading the Hugging Face Hub id {quote(repo_id)} needs the huggingface_hub package",
+            hint="pip install 'fp8advisor[hf]'",
+        ) from None
+    # huggingface_hub < 1.0 has no RemoteEntryNotFoundError: its EntryNotFoundError is the remote one there.
+    RemoteEntryNotFoundError = getattr(errors, "RemoteEntryNotFoundError", errors.EntryNotFoundError)
+    name = repo_id if revision is None else f"{repo_id}@{revision}"
+    page = f"{constants.ENDPOINT}/{repo_id}"
+    try:
+        return Path(hf_hub_download(repo_id, CONFIG_NAME, revision=revision))
+    except GatedRepoError:  # before RepositoryNotFoundError, its base class
+        raise TargetError(
+            f"{name} is a gated model on the Hugging Face Hub and this machine has no access to it",
+            hint=f"accept its licence on {page}, then log in with `hf auth login` or set HF_TOKEN "
+            "to a token of that account",
+        ) from None
+    except RepositoryNotFoundError:
+        raise TargetError(
+            f"no local path {quote(name)} and no model {repo_id} on the Hugging Face Hub",
+            hint="check the path, or the id on huggingface.co (org/name); for a private model, log in "
+            "with `hf auth login` or set HF_TOKEN",
+        ) from None
+    except RevisionNotFoundError:
+        raise TargetError(
+            f"the Hugging Face model {repo_id} has no revision {quote(revision)}",
+            hint=f"give a branch, tag or commit listed on {page}/tree/main, or leave out @revision",
+        ) from None
+    except LocalEntryNotFoundError as error:  # not cached, the Hub not asked (before the remote one)
+        if isinstance(error.__cause__, OfflineModeIsEnabled) or constants.HF_HUB_OFFLINE:
+            raise TargetError(
+                f"no local path {quote(name)}, and HF_HUB_OFFLINE is set while the Hub model's "
+                f"{CONFIG_NAME} is not in the local Hugging Face cache ({constants.HF_HUB_CACHE})",
+                hint="unset HF_HUB_OFFLINE (and TRANSFORMERS_OFFLINE) to download it, or fetch it first "
+                f"where there is a network: `hf download {repo_id} {CONFIG_NAME}`; or check the path",
+            ) from None
+        raise TargetError(
+            f"no local path {quote(name)}, and the Hugging Face Hub cannot be reached to fetch its "
+            f"{CONFIG_NAME}, which is not in the local cache: {_cause(error)}",
+            hint="check the network (or HF_ENDPOINT, HTTPS_PROXY), or fetch it where there is one: "
+            f"`hf download {repo_id} {CONFIG_NAME}`; or check the path",
+        ) from None
+    except RemoteEntryNotFoundError:
+        raise TargetError(
+            f"the Hugging Face model {name} has no {CONFIG_NAME}",
+            hint="only repos holding a transformers config.json can be read; download its model code "
+            "and give model.py instead",
+        ) from None
+    except HfHubHTTPError as error:
+        status = getattr(getattr(error, "response", None), "status_code", None)
+        if status in (401, 403):
+            raise TargetError(
+                f"the Hugging Face Hub refused {name} (HTTP {status}): not authorised",
+                hint=f"log in with `hf auth login` or set HF_TOKEN, and accept the model's licence on {page}",
+            ) from None
+        raise TargetError(
+            f"the Hugging Face Hub failed to send {name}'s {CONFIG_NAME}: {_first_line(error)}",
+            hint="try again later; check HF_ENDPOINT and the network",
+        ) from None
+    except HFValidationError as error:
+        raise TargetError(
+            f"{quote(name)} is not a valid Hugging Face Hub id: {_first_line(error)}",
+            hint="write org/name or org/name@revision",
+        ) from None
+    except OSError as error:  # the cache folder cannot be written, a connection reset while reading...
+        raise TargetError(
+            f"fetching {name}'s {CONFIG_NAME} failed: {type(error).__name__}: {_first_line(error)}",
+            hint="check the network and that the Hugging Face cache folder (HF_HOME) is writable",
+        ) from None
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def _cause(error: BaseException) -> str:
+    """What the Hub call itself raised (a connection error), which huggingface_hub chains as the cause."""
+    cause = error.__cause__ or error
+    return f"{type(cause).__name__}: {_first_line(cause)}"

@@ -1,0 +1,329 @@
+"""Hugging Face Hub ids as targets (`fp8advisor.hub`), from a pre-filled huggingface_hub cache, no network."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from fp8advisor import hub
+from fp8advisor.cli import app
+from fp8advisor.errors import TargetError
+from fp8advisor.paths import MODELS_DIR
+from fp8advisor.target import parse_target
+
+huggingface_hub = pytest.importorskip("huggingface_hub")
+pytest.importorskip("transformers")
+httpx = pytest.importorskip("httpx2")  # the HTTP client huggingface_hub's errors carry a response of
+from huggingface_hub import constants, errors  # noqa: E402
+
+REPO = "meta-llama/Llama-3.1-8B"
+SHA = "0e9e39f249a16976918f6564b8830bc894c89659"  # a commit id: the cache's snapshot folder is named by one
+# Llama 3.1 8B's dimensions, in the style of data/models/tiny_llama_hf/config.json.
+LLAMA_31_8B = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0,
+    "hidden_act": "silu",
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+
+def _cache_repo(cache: Path, repo: str, config: dict, sha: str = SHA) -> Path:
+    """huggingface_hub's cache layout: models--org--name/{refs/main, snapshots/<sha>/config.json}."""
+    folder = cache / f"models--{repo.replace('/', '--')}"
+    (folder / "refs").mkdir(parents=True)
+    (folder / "refs" / "main").write_text(sha)
+    snapshot = folder / "snapshots" / sha
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(json.dumps(config, indent=2))
+    return snapshot / "config.json"
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch):
+    """An offline huggingface_hub whose cache (in tmp) holds REPO's config.json and nothing else.
+
+    The variables are set for any process started from here; huggingface_hub reads them when imported, so
+    the constants of the copy already imported in this process are set too."""
+    cache = tmp_path / "hf" / "hub"
+    config = _cache_repo(cache, REPO, LLAMA_31_8B)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    return config
+
+
+@pytest.fixture
+def requested(monkeypatch):
+    """Every file asked of huggingface_hub (the real hf_hub_download still answers)."""
+    calls = []
+    real = huggingface_hub.hf_hub_download
+
+    def recording(repo_id, filename, **kwargs):
+        calls.append((repo_id, filename, kwargs.get("revision")))
+        return real(repo_id, filename, **kwargs)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", recording)
+    return calls
+
+
+def _failing_download(monkeypatch, error: Exception):
+    def download(repo_id, filename, **kwargs):
+        raise error
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+
+
+def _response(status: int) -> httpx.Response:
+    url = f"https://huggingface.co/{REPO}/resolve/main/config.json"
+    return httpx.Response(status, request=httpx.Request("HEAD", url))
+
+
+def _run(*args: str):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "160"})
+
+
+# ---------------------------------------------------------------------------------------- the id's form
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("meta-llama/Llama-3.1-8B", ("meta-llama/Llama-3.1-8B", None)),
+        ("Qwen/Qwen2.5-0.5B@main", ("Qwen/Qwen2.5-0.5B", "main")),
+        (f"org/name@{SHA}", ("org/name", SHA)),
+        ("org/name@refs/pr/1", ("org/name", "refs/pr/1")),
+        ("torchtitan:llama3/8B", None),  # another kind of target
+        ("a/b/c", None),  # a path
+        ("./org/name", None),
+        ("/org/name", None),
+        ("org/../name", None),
+        ("org--x/name", None),  # the Hub refuses '--'
+        ("name", None),  # a bare name: a mistyped local file, not a legacy Hub model
+        ("org/", None),
+    ],
+)
+def test_parse_hub_id(text, expected):
+    assert hub.parse_hub_id(text) == expected
+
+
+def test_model_file_paths_are_never_hub_ids(monkeypatch):
+    _failing_download(monkeypatch, AssertionError("the Hub was asked"))
+    for text in ("org/model.py", "org/config.json", "org/model.py:build(n=1)"):
+        with pytest.raises(TargetError, match="no such file or directory"):
+            parse_target(text)
+
+
+# ----------------------------------------------------------------------------------- from the cache
+
+
+def test_hub_id_reads_only_config_json_from_the_cache(hub_cache, requested):
+    spec = parse_target(REPO)
+    assert (spec.kind, spec.hub_id, spec.path) == ("hf_config", REPO, hub_cache)
+    assert requested == [(REPO, "config.json", None)]  # one file, config.json, never weights
+
+
+def test_revision_is_passed_to_the_hub(hub_cache, requested):
+    spec = parse_target(f"{REPO}@{SHA}")
+    assert spec.path == hub_cache
+    assert requested == [(REPO, "config.json", SHA)]
+
+
+def test_local_path_wins_over_hub_id(hub_cache, tmp_path, monkeypatch):
+    local = tmp_path / "work" / REPO
+    local.mkdir(parents=True)
+    (local / "config.json").write_text((MODELS_DIR / "tiny_llama_hf" / "config.json").read_text())
+    monkeypatch.chdir(tmp_path / "work")
+    _failing_download(monkeypatch, AssertionError("the Hub was asked"))
+    spec = parse_target(REPO)
+    assert spec.hub_id is None and spec.path == Path(REPO) / "config.json"
+
+
+def test_local_folder_without_config_is_not_looked_up(tmp_path, monkeypatch):
+    (tmp_path / REPO).mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    _failing_download(monkeypatch, AssertionError("the Hub was asked"))
+    with pytest.raises(TargetError, match=f"{REPO} is a directory without a config.json"):
+        parse_target(REPO)
+
+
+def _without_source(payload: dict) -> dict:
+    """The document less what names the target (the id, or the path to the same config.json)."""
+    notes = [note for note in payload.get("notes", []) if not note.startswith("built by")]
+    return {**{k: v for k, v in payload.items() if k not in ("target", "notes")}, "notes": notes}
+
+
+@pytest.mark.parametrize("command", ["layers", "suggest"])
+def test_hub_id_gives_what_its_config_json_gives(hub_cache, requested, tmp_path, command):
+    local = tmp_path / "local" / "config.json"
+    local.parent.mkdir()
+    local.write_text(hub_cache.read_text())
+    by_id = _run(command, REPO, "--seq", "256", "--json")
+    by_path = _run(command, str(local), "--seq", "256", "--json")
+    assert by_id.exit_code == 0, by_id.output
+    assert by_path.exit_code == 0, by_path.output
+    from_hub, from_file = json.loads(by_id.stdout), json.loads(by_path.stdout)
+    layers = from_hub["layers"]
+    assert len(layers) == 32 * 7 + 1 and {"model.layers.31.mlp.down_proj", "lm_head"} <= {
+        layer["fqn"] for layer in layers
+    }
+    assert _without_source(from_hub) == _without_source(from_file)
+    assert f"built by AutoModelForCausalLM.from_config({REPO})" in from_hub["notes"]
+    assert {filename for _, filename, _ in requested} == {"config.json"}
+
+
+# ------------------------------------------------------------------------------------------ errors
+
+
+def test_uncached_id_offline(hub_cache):
+    result = _run("layers", "someone/not-downloaded")
+    assert result.exit_code == 2
+    assert "no local path 'someone/not-downloaded', and HF_HUB_OFFLINE is set while the Hub model's" in (
+        result.output
+    )
+    assert "config.json is not in the local Hugging Face cache" in result.output
+    assert "unset HF_HUB_OFFLINE" in result.output
+    assert "hf download someone/not-downloaded config.json" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_gated_repo(monkeypatch):
+    _failing_download(monkeypatch, errors.GatedRepoError("403 Client Error: gated", response=_response(403)))
+    with pytest.raises(TargetError) as raised:
+        parse_target(REPO)
+    assert "is a gated model on the Hugging Face Hub" in raised.value.message
+    assert f"accept its licence on https://huggingface.co/{REPO}" in raised.value.hint
+    assert "hf auth login" in raised.value.hint and "HF_TOKEN" in raised.value.hint
+
+
+def test_unauthorised(monkeypatch):
+    _failing_download(monkeypatch, errors.HfHubHTTPError("401 Client Error", response=_response(401)))
+    with pytest.raises(TargetError) as raised:
+        parse_target(REPO)
+    assert "refused meta-llama/Llama-3.1-8B (HTTP 401): not authorised" in raised.value.message
+    assert "hf auth login" in raised.value.hint and "HF_TOKEN" in raised.value.hint
+
+
+def test_not_found(monkeypatch):
+    error = errors.RepositoryNotFoundError("401 Client Error: Repository Not Found", response=_response(401))
+    _failing_download(monkeypatch, error)
+    result = _run("suggest", "meta-llama/Llama-9-typo")
+    assert result.exit_code == 2
+    assert "no local path 'meta-llama/Llama-9-typo' and no model meta-llama/Llama-9-typo on the" in (
+        result.output
+    )
+    assert "check the path, or the id" in result.output
+
+
+def test_revision_not_found(monkeypatch):
+    error = errors.RevisionNotFoundError("404 Client Error: Revision Not Found", response=_response(404))
+    _failing_download(monkeypatch, error)
+    with pytest.raises(TargetError, match="has no revision 'v9'"):
+        parse_target(f"{REPO}@v9")
+
+
+def test_repo_without_config(monkeypatch):
+    error = errors.RemoteEntryNotFoundError("404 Client Error: Entry Not Found", response=_response(404))
+    _failing_download(monkeypatch, error)
+    with pytest.raises(TargetError, match=f"the Hugging Face model {REPO} has no config.json"):
+        parse_target(REPO)
+
+
+def test_network_error(monkeypatch):
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    error = errors.LocalEntryNotFoundError("cannot find the requested files in the local cache")
+    error.__cause__ = ConnectionError("[Errno -3] Temporary failure in name resolution")
+    _failing_download(monkeypatch, error)
+    with pytest.raises(TargetError) as raised:
+        parse_target(REPO)
+    assert "no local path 'meta-llama/Llama-3.1-8B', and the Hugging Face Hub cannot be reached" in (
+        raised.value.message
+    )
+    assert "ConnectionError: [Errno -3] Temporary failure in name resolution" in raised.value.message
+    assert "HF_HUB_OFFLINE" not in raised.value.message
+
+
+def test_server_error(monkeypatch):
+    _failing_download(monkeypatch, errors.HfHubHTTPError("502 Bad Gateway", response=_response(502)))
+    with pytest.raises(TargetError, match="failed to send meta-llama/Llama-3.1-8B's config.json: 502"):
+        parse_target(REPO)
+
+
+# ------------------------------------------------------------------- what building from a config imports
+
+
+def test_building_from_a_hub_id_imports_neither_dynamo_nor_torchao_nor_scipy(tmp_path):
+    """In a fresh interpreter (this one may have imported them for other tests): tests/_light_imports.py,
+    with the cache and offline mode given by the environment alone."""
+    tiny = json.loads((MODELS_DIR / "tiny_llama_hf" / "config.json").read_text())
+    _cache_repo(tmp_path / "hf" / "hub", "org/tiny-llama", tiny)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).parents[1]),
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_OFFLINE": "1",
+    }
+    env.pop("HF_HUB_CACHE", None)
+    script = Path(__file__).parent / "_light_imports.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "org/tiny-llama"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.splitlines()[-1])
+    heavy = ("torch._dynamo", "torchao", "scipy", "torch.distributed.tensor")
+    assert found["built_by"] == "AutoModelForCausalLM.from_config(org/tiny-llama)"
+    assert found["after_build"] == dict.fromkeys(heavy, False)
+    assert found["linears"] == 2 * 7 + 1
+    assert found["after_decorating"] == {"dynamo_imported": False, "torch_attribute": False}
+    assert found["submodule"] == {"real": True, "stand_in_gone": True}
+    assert found["first_calls"] == {
+        "disable": 4,
+        "disable_with_arguments": 6,
+        "assume_constant_result": 7,
+        "marked_constant": True,
+        "mode_is_real": True,
+    }
+
+
+def test_building_from_a_config_leaves_the_environment_as_it_was(monkeypatch):
+    """transformers runs offline while it reads a config; the process's variables are not changed for good
+    (a Hub id given later in the same process must still be fetched)."""
+    from fp8advisor.target import load_model
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    seen = {}
+
+    def from_pretrained(*args, **kwargs):
+        seen["offline"] = (os.environ.get("HF_HUB_OFFLINE"), os.environ.get("TRANSFORMERS_OFFLINE"))
+        return real(*args, **kwargs)
+
+    import transformers
+
+    real = transformers.AutoConfig.from_pretrained
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", from_pretrained)
+    load_model(str(MODELS_DIR / "tiny_llama_hf"), "meta")
+    assert seen["offline"] == ("1", "1")
+    assert "HF_HUB_OFFLINE" not in os.environ and "TRANSFORMERS_OFFLINE" not in os.environ
