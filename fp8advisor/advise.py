@@ -15,6 +15,7 @@ same shapes, for a torchao release the copy was not read from).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -282,6 +283,9 @@ def default_predictor(profile_choice) -> Predictor:
     """Predictions of `fp8advisor.predict.predicted_times_s` for a `ProfileChoice` (or a `Profile`)."""
     from fp8advisor.predict import predicted_times_s
 
+    # A model repeats a few shapes many times, and the step model asks again at each batch it tries: each
+    # distinct question is answered once (the answers are immutable).
+    @functools.cache
     def predict(recipe: Recipe, M: int, K: int, N: int):
         return predicted_times_s(profile_choice, recipe, M, K, N)
 
