@@ -15,7 +15,9 @@ from fp8advisor.cli import app
 from fp8advisor.paths import MODELS_DIR
 
 REPOSITORY = Path(__file__).resolve().parent.parent
-EXAMPLE = str(MODELS_DIR / "llama3.py")  # build_model(): 2 blocks, width 256
+#: One Llama-3-8B block: its feed-forward pays at seq 8192, so the config converts layers (FP8 on); verify
+#: runs its shadow.
+EXAMPLE = f"{MODELS_DIR / 'llama3.py'}:llama3_8b(n_layers=1)"
 #: Runs the CLI with `import triton` failing, as on an install without the bench extra.
 WITHOUT_TRITON = (
     "import sys; sys.modules['triton'] = None; "
@@ -44,11 +46,11 @@ def noise(stderr: str) -> list[str]:
 
 def test_suggest_and_verify_run_without_triton_and_without_library_noise(tmp_path):
     config = tmp_path / "job.toml"
-    suggest = run_cli("suggest", EXAMPLE, "--seq", "256", "-o", str(config), cwd=tmp_path)
+    suggest = run_cli("suggest", EXAMPLE, "--seq", "8192", "-o", str(config), cwd=tmp_path)
     assert suggest.returncode == 0, suggest.stderr
-    assert "filter_fqns" in config.read_text()
+    assert "filter_fqns = [" in config.read_text()  # FP8 on, some layers kept in bf16
     # verify imports torchao and converts for real: where its import warnings used to reach the console
-    verify = run_cli("verify", EXAMPLE, "--seq", "256", "--config", str(config), cwd=tmp_path)
+    verify = run_cli("verify", EXAMPLE, "--seq", "8192", "--config", str(config), cwd=tmp_path)
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert "PASS" in verify.stdout
     assert noise(verify.stderr) == [], verify.stderr
