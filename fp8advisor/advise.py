@@ -7,13 +7,15 @@ over its calls. A layer is converted when float8 conversion would swap it, the f
 
 The summary puts three strategies side by side, each as predicted Linear time of all-bf16 / predicted Linear
 time of the strategy, over the Linear layers the forward runs: this advice; converting every convertible
-layer; and torchao's own `_auto_filter_for_recipe`, called for real on meta-device `nn.Linear` layers of the
-same shapes.
+layer; and torchao's own `_auto_filter_for_recipe` (its rule as `fp8advisor.filters` copies it, pinned by a
+test against the installed torchao; torchao's function itself, called on meta-device `nn.Linear` layers of the
+same shapes, for a torchao release the copy was not read from).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -22,7 +24,13 @@ from typing import Any
 
 from fp8advisor import compat
 from fp8advisor.device import MIN_FP8_CAPABILITY
-from fp8advisor.filters import FilterList, Framework, dims_divisible_by_16, shortest_exact_filter
+from fp8advisor.filters import (
+    FilterList,
+    Framework,
+    converted_by_framework,
+    dims_divisible_by_16,
+    shortest_exact_filter,
+)
 from fp8advisor.layers import Folded, GemmLayer, LayerStatus, ModelLayers, fold_repeated
 from fp8advisor.profile import PROVENANCE_RANK, weakest_provenance
 from fp8advisor.recipes import ALL_RECIPES, Recipe, parse_recipe
@@ -292,6 +300,9 @@ def default_predictor(profile_choice) -> Predictor:
     """Predictions of `fp8advisor.predict.predicted_times_s` for a `ProfileChoice` (or a `Profile`)."""
     from fp8advisor.predict import predicted_times_s
 
+    # A model repeats a few shapes many times, and the step model asks again at each batch it tries: each
+    # distinct question is answered once (the answers are immutable).
+    @functools.cache
     def predict(recipe: Recipe, M: int, K: int, N: int):
         return predicted_times_s(profile_choice, recipe, M, K, N)
 
@@ -426,12 +437,16 @@ def _quiet_loggers(*names: str) -> Iterator[None]:
 
 
 def torchao_auto_filter_converts(layers: Sequence[GemmLayer], recipe: Recipe) -> set[str]:
-    """The FQNs torchao's real `_auto_filter_for_recipe(recipe, filter_fqns=[])` would convert.
+    """The FQNs torchao's `_auto_filter_for_recipe(recipe, filter_fqns=[])` would convert.
 
-    The filter is called on `nn.Linear(K, N)` layers built on the meta device (no memory), one per layer with
-    its FQN, as `convert_to_float8_training` would call it. Raises NotImplementedError for rowwise_with_gw_hp,
-    as torchao does.
+    When the installed torchao is a release whose rule `filters.auto_filter_keeps` copies (a test pins the
+    copy against torchao's own function), the copy answers: importing torchao costs 2 s, which is most of
+    what `suggest` would spend. Otherwise torchao's real function is called on `nn.Linear(K, N)` layers built
+    on the meta device (no memory), one per layer with its FQN, as `convert_to_float8_training` would call it.
+    Raises NotImplementedError for rowwise_with_gw_hp, as torchao does.
     """
+    if compat.auto_filter_copy_matches_installed():
+        return converted_by_framework(layers, [], Framework.TORCHAO_AUTO, recipe=recipe)
     import torch
     from torch import nn
 

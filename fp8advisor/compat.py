@@ -415,6 +415,29 @@ def is_device_record(event) -> bool:
 # --- torchao ------------------------------------------------------------------------------------------------
 
 
+#: The torchao releases (major.minor) whose `_auto_filter_for_recipe` thresholds `fp8advisor.filters`
+#: copies in `auto_filter_keeps` (tests/test_filters.py pins the copy against the installed torchao's own).
+AUTO_FILTER_COPIED_FROM = ("0.18",)
+
+
+def installed_torchao_version() -> str | None:
+    """The installed torchao's version from its package metadata (milliseconds: torchao is not imported, which
+    costs 2 s and pulls in torch._dynamo), None when torchao is not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("torchao")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def auto_filter_copy_matches_installed() -> bool:
+    """Whether the installed torchao's `_auto_filter_for_recipe` is the rule `filters.auto_filter_keeps`
+    copies: its release is one the copy was read from. Otherwise the caller calls torchao's own function."""
+    version = installed_torchao_version()
+    return version is not None and ".".join(version.split(".")[:2]) in AUTO_FILTER_COPIED_FROM
+
+
 def auto_filter_for_recipe(recipe: str, filter_fqns: list[str]) -> Callable:
     """torchao's own `module_filter_fn` for `recipe` (`torchao.float8._auto_filter_for_recipe`): the Linear
     layers torchao itself would convert. torchao exports it from `torchao.float8` under a private name, and
@@ -444,12 +467,14 @@ def compute_error(reference: Any, actual: Any) -> Any:
 
 
 __all__ = [
+    "AUTO_FILTER_COPIED_FROM",
     "CACHE_COUNTERS",
     "DYNAMO_DISABLE_CACHE_ATTR",
     "SLEEP_KERNEL_MARKER",
     "TESTED_WITH",
     "TORCHAO_IMPORT_LOGGERS",
     "aten_op",
+    "auto_filter_copy_matches_installed",
     "auto_filter_for_recipe",
     "compile_cache_counters",
     "compiled_graph_count",
@@ -465,6 +490,7 @@ __all__ = [
     "eager_dispatch_mode",
     "float8_linear",
     "float8_training_tensor",
+    "installed_torchao_version",
     "is_device_record",
     "op_schema",
     "parse_to",

@@ -133,8 +133,27 @@ def has_fp8_gpu() -> bool:
     return torch.cuda.is_available() and torch.cuda.get_device_capability() >= MIN_FP8_CAPABILITY
 
 
+#: The extra that installs what a GPU measurement needs beyond the inspecting commands (triton).
+BENCH_EXTRA = "fp8advisor[bench]"
+
+
+def require_triton() -> None:
+    """Raise `DeviceError` (exit 2) unless triton can be imported: a GPU measurement times with
+    `triton.testing.do_bench` and casts with the Triton kernels of `fp8advisor_kernels`. `suggest`, `layers`,
+    `verify` and `bench --emulate` do without it, so the base install leaves it out (a 285 MB download on a
+    CPU machine)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError as error:
+        raise DeviceError(
+            f"fp8advisor bench on a GPU needs triton, which cannot be imported ({error})",
+            hint=f"pip install '{BENCH_EXTRA}' (it adds triton>=3.3; CUDA builds of torch usually bring it)",
+        ) from None
+
+
 def require_fp8_gpu() -> None:
-    """Raise `DeviceError` (exit 2) unless a CUDA GPU with FP8 tensor cores is visible."""
+    """Raise `DeviceError` (exit 2) unless a CUDA GPU with FP8 tensor cores is visible and triton, which
+    times it, can be imported."""
     import torch
 
     if not torch.cuda.is_available():
@@ -150,3 +169,4 @@ def require_fp8_gpu() -> None:
             f"(they start at sm_89: Ada, Hopper, Blackwell)",
             hint="run bench on an sm_89+ GPU, or use --emulate to run the pipeline on the CPU",
         )
+    require_triton()

@@ -3,7 +3,9 @@
 Inside a profile's measured grid the prediction interpolates linearly in log space: coordinates log2 M, log2
 K, log2 N and value log(speedup). Speedup varies smoothly with the logarithm of the sizes (the published
 tables are laid out on powers of two for that reason), and interpolating the log keeps a ratio a ratio. A
-complete grid uses `scipy.interpolate.RegularGridInterpolator` (trilinear). A grid with holes (failed points)
+complete grid is interpolated multilinearly (`multilinear`: what `scipy.interpolate.RegularGridInterpolator`
+computes with method="linear", which a test pins; written out in numpy because importing scipy.interpolate
+costs `suggest` a second, a fifth of its time). A grid with holes (failed points)
 that still fills at least half of its product grid first fills each hole from its measured neighbours
 (`_fill_holes`: the mean of the linear interpolations along each axis), then interpolates the same way; this
 is deterministic and cheap, which leave-one-out needs (one fit per held-out point). Points that fill less than
@@ -26,6 +28,7 @@ profile of the same GPU (`ProfileChoice.fallback`), and say `how="modelled"`, pr
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -115,13 +118,11 @@ class LogGridModel:
         shape = [len(a) for a in axes]
         self.fill_fraction = len(reduced) / math.prod(shape)
         if self.fill_fraction >= 0.5:
-            from scipy.interpolate import RegularGridInterpolator
-
             grid = np.full(shape, np.nan)
             grid[tuple(np.searchsorted(a, reduced[:, i]) for i, a in enumerate(axes))] = logs
             if not self.is_complete_grid:
                 grid = _fill_holes(grid, axes)
-            self._regular = RegularGridInterpolator(tuple(axes), grid, method="linear")
+            self._regular = (tuple(axes), grid)
             return
         from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
         from scipy.spatial import QhullError
@@ -141,12 +142,30 @@ class LogGridModel:
             return self._constant
         reduced = np.asarray(log_coords, dtype=float)[self._varying]
         if self._regular is not None:
-            return float(self._regular(reduced[None, :])[0])
+            return multilinear(*self._regular, reduced)
         if self._scattered is not None:
             value = float(self._scattered(reduced[None, :])[0])
             if math.isfinite(value):
                 return value
         return float(self._nearest(reduced[None, :])[0])
+
+
+def multilinear(axes: Sequence[np.ndarray], grid: np.ndarray, point: Sequence[float]) -> float:
+    """Multilinear interpolation of `grid` (values at the product of the increasing `axes`) at `point`, which
+    lies inside the grid: the weighted sum of the values at the 2^d corners of the cell holding it."""
+    lows, weights = [], []
+    for axis, x in zip(axes, point, strict=True):
+        low = min(max(int(np.searchsorted(axis, x, side="right")) - 1, 0), len(axis) - 2)
+        lows.append(low)
+        weights.append((x - axis[low]) / (axis[low + 1] - axis[low]))
+    total = 0.0
+    for corner in itertools.product((0, 1), repeat=len(axes)):
+        weight = 1.0
+        for upper, w in zip(corner, weights, strict=True):
+            weight *= w if upper else 1.0 - w
+        if weight:
+            total += weight * float(grid[tuple(low + upper for low, upper in zip(lows, corner, strict=True))])
+    return total
 
 
 def _fill_holes(grid: np.ndarray, axes: Sequence[np.ndarray]) -> np.ndarray:
@@ -333,6 +352,7 @@ __all__ = [
     "LogGridModel",
     "Prediction",
     "extrapolate",
+    "multilinear",
     "predict_speedup",
     "predicted_bf16_time_s",
     "predicted_times_s",

@@ -43,9 +43,10 @@ that the activation outliers of a real model do not raise false alarms, and far 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -540,6 +541,7 @@ def _forward_backward(bf16_model, float8_model, args, kwargs, converted, seed):
         bf16_outputs = _run(bf16_model, args, kwargs, seed)
     finally:
         bf16_capture.remove()
+    bf16_model.zero_grad(set_to_none=True)  # nothing reads them: the float8 run's peak holds one set only
     with OpTrace(float8_model) as trace:
         float8_outputs = _run(float8_model, args, kwargs, seed)
     return bf16_capture, bf16_outputs, float8_outputs, trace
@@ -708,20 +710,21 @@ def verify(
     # 3. Run one traced step: the model itself when small enough, else its shadow.
     linear_layers = [layer for layer in model_layers.layers if layer.is_linear]
     run_tokens = max(16, min(run_seq, seq) // 16 * 16)
-    step = _run_step(
-        target,
-        config,
-        shapes_model,
-        linear_layers,
-        converted,
-        device,
-        run_tokens,
-        real_model_max_parameters,
-        seed,
-    )
+    with _one_cpu_thread(device):
+        step = _run_step(
+            target,
+            config,
+            shapes_model,
+            linear_layers,
+            converted,
+            device,
+            run_tokens,
+            real_model_max_parameters,
+            seed,
+        )
 
-    # 4. Numerics of each converted layer, alone, on what it saw in the bf16 model.
-    sqnr = _converted_layer_sqnr(step, linear_layers, converted)
+        # 4. Numerics of each converted layer, alone, on what it saw in the bf16 model.
+        sqnr = _converted_layer_sqnr(step, linear_layers, converted)
 
     # 5. Per layer: the config against the advice, against the trace and against the threshold.
     advice_by_fqn = {layer.fqn: layer for layer in advice.layers}
@@ -764,6 +767,25 @@ def verify(
             )
         ),
     )
+
+
+@contextlib.contextmanager
+def _one_cpu_thread(device: _Device) -> Iterator[None]:
+    """Run the step on the CPU with one intra-op thread, as torch was set before afterwards.
+
+    The step's GEMMs are small (RUN_SEQ tokens; a shadow's K and N at most SHADOW_MAX_DIM) and, emulated,
+    in float32: on the 2-core development machine each ran 3 to 10x slower on 2 OpenMP threads than on 1
+    (docs/benchmarks.md), the threads' synchronisation costing more than the work they share.
+    """
+    if device.device.type != "cpu":
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _advice_for(
@@ -922,10 +944,13 @@ def _shadow_models(
     plan = [(layer.fqn, layer.calls or int(layer.status is LayerStatus.ASSUMED)) for layer in linear_layers]
     torch.manual_seed(seed)
     bf16_model = _Shadow(shapes_model, plan, torch.bfloat16, device.device)
-    float8_model = copy.deepcopy(bf16_model)
+    # The float8 twin shares the bf16 shadow's weights (conversion swaps modules, not weights; nothing writes
+    # them): one set in memory, the same values in both.
+    float8_model = copy.deepcopy(bf16_model, memo={id(p): p for p in bf16_model.parameters()})
     shadow_converted = convert(float8_model, config, recipe, emulate=device.emulate, decide_on=shapes_model)
     # The shadow holds each module once, under its first name: aliases are checked on `converted` alone.
-    expected = {fqn for fqn in converted if fqn in dict(bf16_model.named_modules())}
+    shadow_fqns = {fqn for fqn, _ in bf16_model.named_modules()}  # once: per layer it was quadratic
+    expected = converted & shadow_fqns
     if shadow_converted != expected:  # pragma: no cover - the replayed filter must give the same set
         raise AssertionError(f"shadow conversion differs: {sorted(shadow_converted ^ expected)}")
     return bf16_model, float8_model

@@ -194,8 +194,25 @@ def test_auto_does_not_rank_across_provenance():
     assert "cannot be ranked" in advice.recipe_reason and "tensorwise (modelled" in advice.recipe_reason
 
 
-def test_torchao_auto_filter_is_the_real_function(monkeypatch):
+def _torchao_accepts(layers, recipe):
+    from torch import nn
+    from torchao.float8 import _auto_filter_for_recipe
+
+    module_filter = _auto_filter_for_recipe(recipe, filter_fqns=[])
+    return {
+        item.fqn
+        for item in layers
+        if item.is_linear and module_filter(nn.Linear(item.K, item.N, bias=False, device="meta"), item.fqn)
+    }
+
+
+@pytest.mark.parametrize("known_release", [True, False])
+def test_torchao_auto_filter_is_torchaos_rule(monkeypatch, known_release):
+    # For the torchao release the copy was read from, the copy answers and torchao is not imported; for any
+    # other, torchao's real function is called. Either way: what torchao's function accepts.
     import torchao.float8 as utils  # where fp8advisor.compat finds it
+
+    from fp8advisor import compat
 
     real = utils._auto_filter_for_recipe
     seen = []
@@ -205,13 +222,29 @@ def test_torchao_auto_filter_is_the_real_function(monkeypatch):
         return real(recipe, filter_fqns)
 
     monkeypatch.setattr(utils, "_auto_filter_for_recipe", spy)
-    advice = _advise(llama_layers(2), compare_torchao_auto=True)
-    assert seen == [("rowwise", [])]
+    if not known_release:
+        monkeypatch.setattr(compat, "installed_torchao_version", lambda: "0.99.0")
+    model = llama_layers(2)
+    advice = _advise(model, compare_torchao_auto=True)
+    assert seen == ([] if known_release else [("rowwise", [])])
     auto = advice.strategy("torchao_auto")
+    assert set(auto.converted) == _torchao_accepts(model.layers, "rowwise")
     # rowwise thresholds: wk/wv (N = 1024 <= 2048) stay bf16; wq (4096 x 4096) and w1 (4096 x 14336) convert
     assert "layers.0.attention.wk" not in auto.converted
     assert {"layers.0.attention.wq", "layers.0.feed_forward.w1", "output"} <= set(auto.converted)
     assert auto.predicted_speedup is not None and auto.predicted_speedup > 1
+
+
+def test_auto_filter_copy_is_used_for_the_release_it_was_read_from(monkeypatch):
+    from fp8advisor import compat
+
+    installed = compat.installed_torchao_version()
+    assert compat.auto_filter_copy_matches_installed() is installed.startswith(compat.AUTO_FILTER_COPIED_FROM)
+    for version, matches in [("0.18.0", True), ("0.18.1+cu128", True), ("0.19.0", False), ("0.1.18", False)]:
+        monkeypatch.setattr(compat, "installed_torchao_version", lambda version=version: version)
+        assert compat.auto_filter_copy_matches_installed() is matches
+    monkeypatch.setattr(compat, "installed_torchao_version", lambda: None)
+    assert compat.auto_filter_copy_matches_installed() is False
 
 
 def test_torchao_auto_filter_not_available_for_gw_hp():

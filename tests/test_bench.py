@@ -248,6 +248,7 @@ def test_png_of_results_without_baselines_is_refused(tmp_path):
 def test_breakdown_sums_the_three_gemms_and_the_recipe_casts_and_reuses_them_across_recipes(monkeypatch):
     """The arithmetic of the GPU breakdown with the GPU timings replaced by constants (the kernels themselves
     are tested in test_kernels.py)."""
+    pytest.importorskip("triton", reason="fp8advisor_kernels needs triton: pip install 'fp8advisor[bench]'")
     from fp8advisor_kernels import timing
 
     calls = {"mm": 0, "scaled_mm": 0, "cast": 0}

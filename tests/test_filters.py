@@ -95,6 +95,28 @@ def test_auto_filter_copy_matches_torchao(recipe, K, N, keeps):
     assert real is (not keeps)
 
 
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_auto_filter_copy_is_torchaos_rule_on_every_size(recipe):
+    # The advice answers with the copy instead of importing torchao (fp8advisor.advise): on every (K, N) of a
+    # grid around each threshold, with sizes not divisible by 16 and a substring filter, the copy must convert
+    # exactly the Linear layers torchao's own function accepts.
+    import torch
+    from torch import nn
+    from torchao.float8.float8_linear_utils import _auto_filter_for_recipe
+
+    sizes = sorted({base + step for base in (512, 1024, 2048, 4096, 8192) for step in (-16, -8, 0, 8, 16)})
+    layers = [layer(f"layers.{K}.{N}", K, N) for K in [*sizes, 65536] for N in [*sizes, 65536]]
+    filter_fqns = ["layers.4096."]
+    real = _auto_filter_for_recipe(recipe, filter_fqns=filter_fqns)
+    accepted = {
+        item.fqn
+        for item in layers
+        if real(nn.Linear(item.K, item.N, bias=False, device=torch.device("meta")), item.fqn)
+    }
+    assert 0 < len(accepted) < len(layers)
+    assert converted_by_framework(layers, filter_fqns, Framework.TORCHAO_AUTO, recipe=recipe) == accepted
+
+
 def test_auto_filter_rowwise_with_gw_hp_is_not_implemented():
     with pytest.raises(NotImplementedError):
         auto_filter_keeps(Recipe.ROWWISE_WITH_GW_HP, 4096, 4096)

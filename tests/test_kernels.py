@@ -14,6 +14,9 @@ import os
 import pytest
 import torch
 
+# The kernels are Triton's: installed by the bench and test extras, absent from the light install.
+pytest.importorskip("triton", reason="the kernel tests need triton: pip install 'fp8advisor[bench]'")
+
 E4M3 = torch.float8_e4m3fn
 HAS_FP8_GPU = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
 gpu = pytest.mark.skipif(not HAS_FP8_GPU, reason="needs a CUDA GPU with FP8 tensor cores (sm >= 89)")

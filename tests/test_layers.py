@@ -107,6 +107,28 @@ def test_moe_router_and_grouped_experts():
     assert layers["layers.0.moe.shared_experts.w2"].status is TRACED
 
 
+def test_llama3_405b_and_deepseek_v3_sizes_are_the_published_ones():
+    # The speed benchmark's largest targets: Llama 3.1 405B and a DeepSeek-V3-sized MoE (plain attention).
+    from fp8advisor.target import load_model
+
+    llama = load_model(f"{MODELS_DIR / 'llama3.py'}:llama3_405b", "meta").model
+    assert round(sum(p.numel() for p in llama.parameters()) / 1e9, 1) == 405.9
+    assert len(llama.layers) == 126 and llama.layers["0"].attention.n_heads == 128
+    assert tuple(llama.layers["125"].attention.wk.weight.shape) == (8 * 128, 16384)
+    assert tuple(llama.layers["0"].feed_forward.w1.weight.shape) == (53248, 16384)
+    assert tuple(llama.output.weight.shape) == (128256, 16384)
+    moe = load_model(f"{MODELS_DIR / 'moe.py'}:deepseek_v3_671b", "meta").model
+    assert round(sum(p.numel() for p in moe.parameters()) / 1e9) == 672  # 671B + the plain attention's extra
+    assert len(moe.layers) == 61 and not hasattr(moe.layers["2"], "moe")
+    assert tuple(moe.layers["2"].feed_forward.w1.weight.shape) == (18432, 7168)
+    assert tuple(moe.layers["3"].moe.experts.w1.shape) == (256, 7168, 2048)
+    assert tuple(moe.layers["60"].moe.shared_experts.w2.weight.shape) == (7168, 2048)
+    assert tuple(moe.output.weight.shape) == (129280, 7168)
+    routed = by_fqn(inspect_model(f"{MODELS_DIR / 'moe.py'}:deepseek_v3_671b(n_layers=4)", batch=1, seq=256))
+    assert routed["layers.3.moe.experts.w1"].M == 256 * 8  # top 8 of 256 experts
+    assert routed["layers.0.feed_forward.w1"].status is TRACED
+
+
 def test_vit_patch_count_and_multihead_attention():
     layers = by_fqn(inspect_model(str(MODELS_DIR / "vit.py"), batch=16, seq=8192))
     out_proj = layers["blocks.3.attn.out_proj"]

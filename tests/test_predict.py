@@ -14,6 +14,7 @@ from fp8advisor.predict import (
     INTERPOLATED,
     MODELLED,
     LogGridModel,
+    multilinear,
     predict_speedup,
     predicted_bf16_time_s,
     predicted_times_s,
@@ -242,3 +243,21 @@ def test_times_from_measured_kernel_times():
         predicted_times_s(choice, "tensorwise", 8192, 4096, 4096).bf16_s
         == predicted_times_s(choice, "rowwise", 8192, 4096, 4096).bf16_s
     )
+
+
+@pytest.mark.parametrize("dims", [1, 2, 3])
+def test_multilinear_is_scipys_regular_grid_interpolation(dims):
+    # The numpy interpolation stands in for scipy's RegularGridInterpolator(method="linear"): the same values
+    # at random points, at grid nodes, on the faces and at the upper corner.
+    from scipy.interpolate import RegularGridInterpolator
+
+    rng = np.random.default_rng(dims)
+    axes = [np.sort(rng.choice(np.arange(6.0, 16.0), size=size, replace=False)) for size in (3, 4, 5)[:dims]]
+    grid = rng.normal(size=[len(a) for a in axes])
+    reference = RegularGridInterpolator(tuple(axes), grid, method="linear")
+    lower, upper = np.array([a[0] for a in axes]), np.array([a[-1] for a in axes])
+    points = [lower + (upper - lower) * rng.random(dims) for _ in range(200)]
+    points += [np.array([a[i % len(a)] for a in axes]) for i in range(5)]  # nodes
+    points += [upper, lower, np.where(np.arange(dims) == 0, upper, lower)]
+    for point in points:
+        assert multilinear(axes, grid, point) == pytest.approx(float(reference(point[None, :])[0]), abs=1e-12)

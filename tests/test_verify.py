@@ -351,6 +351,61 @@ def test_shadow_run_keeps_names_and_checks(tiny, tmp_path):
     assert by_fqn["blocks.1.up"].sqnr_output_db is None  # one layer per repeated group in a shadow
 
 
+def test_shadow_step_runs_single_threaded_on_shared_weights(tiny, tmp_path, monkeypatch):
+    # The step runs on one CPU thread (its small GEMMs ran 3 to 10x slower on two) and the caller's thread
+    # count comes back afterwards; the float8 twin of the shadow shares the bf16 shadow's weights (memory).
+    seen = {}
+    real_forward_backward = verify_module._forward_backward
+
+    def forward_backward(bf16_model, float8_model, *args):
+        seen["threads"] = torch.get_num_threads()
+        up = "blocks.0.up"
+        seen["shared"] = bf16_model.get_submodule(up).weight is float8_model.get_submodule(up).weight
+        return real_forward_backward(bf16_model, float8_model, *args)
+
+    monkeypatch.setattr(verify_module, "_forward_backward", forward_backward)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        report = run(tiny, toml(tmp_path, ["gate"]), real_model_max_parameters=0)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert report.execution.mode == "shadow" and report.converted
+    assert seen == {"threads": 1, "shared": True}
+
+
+def test_shadow_is_built_in_linear_time(tmp_path, monkeypatch):
+    # The shadow's module table is read a fixed number of times, not once per converted layer (quadratic:
+    # 2.4 s of a 405B verify, hours on an MoE with tens of thousands of expert Linears).
+    from types import SimpleNamespace
+
+    from torch import nn
+
+    from fp8advisor.configs import read_config
+    from fp8advisor.layers import LayerStatus
+    from fp8advisor.recipes import Recipe
+
+    with torch.device("meta"):
+        shapes = nn.ModuleDict({str(i): nn.Linear(32, 32, bias=False) for i in range(300)})
+    layers = [SimpleNamespace(fqn=str(i), calls=1, status=LayerStatus.TRACED) for i in range(300)]
+    config = read_config(toml(tmp_path, []), recipe=Recipe.ROWWISE)
+    tables = []
+    real_named_modules = nn.Module.named_modules
+
+    def counted(self, *args, **kwargs):
+        if isinstance(self, verify_module._Shadow):
+            tables.append(1)
+        return real_named_modules(self, *args, **kwargs)
+
+    monkeypatch.setattr(nn.Module, "named_modules", counted)
+    device = verify_module._execution_device()
+    converted = {str(i) for i in range(300)}
+    _, float8 = verify_module._shadow_models(shapes, layers, config, converted, device, 0)
+    assert len(tables) <= 10, len(tables)
+    assert len(verify_module.converted_fqns(float8)) == 300
+
+
 def test_llama_example_at_small_size(tmp_path):
     """The shipped Llama-3-style example (build_model: 2 blocks, dim 256) with its torchtitan names."""
 

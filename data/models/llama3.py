@@ -4,8 +4,9 @@ Names follow torchtitan (`tok_embeddings`, `layers.N.attention.wq/wk/wv/wo`, `la
 `norm`, `output`), so the FQNs it reports paste into a torchtitan `filter_fqns` as they are. Plain torch:
 nothing is allocated at import; the factories build the model wherever the caller's device context says.
 
-Factories: `llama3_8b()`, `llama3_70b()` (the published shapes; 70B has 80 blocks, 561 Linear), and
-`build_model()` (a small default). Each takes keyword overrides, e.g. `llama3.py:llama3_70b(n_layers=4)`.
+Factories: `llama3_8b()`, `llama3_70b()`, `llama3_405b()` (the published shapes; 70B has 80 blocks, 561
+Linear; 405B has 126 blocks, 883 Linear), and `build_model()` (a small default). Each takes keyword
+overrides, e.g. `llama3.py:llama3_70b(n_layers=4)`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class ModelArgs:
 
     @property
     def ffn_hidden_dim(self) -> int:
-        # Llama's rule: 2/3 of 4*dim, scaled, rounded up to multiple_of (8B: 14336, 70B: 28672).
+        # Llama's rule: 2/3 of 4*dim, scaled, rounded up to multiple_of (8B: 14336, 70B: 28672, 405B: 53248).
         hidden = int(2 * 4 * self.dim / 3)
         hidden = int(self.ffn_dim_multiplier * hidden)
         return self.multiple_of * ((hidden + self.multiple_of - 1) // self.multiple_of)
@@ -39,6 +40,9 @@ class ModelArgs:
 
 LLAMA3_8B = ModelArgs()
 LLAMA3_70B = ModelArgs(dim=8192, n_layers=80, n_heads=64, n_kv_heads=8, multiple_of=4096)
+LLAMA3_405B = ModelArgs(
+    dim=16384, n_layers=126, n_heads=128, n_kv_heads=8, ffn_dim_multiplier=1.2, multiple_of=4096
+)
 
 
 def rotary(x: torch.Tensor, theta: float) -> torch.Tensor:
@@ -121,6 +125,11 @@ def llama3_8b(**overrides) -> Transformer:
 def llama3_70b(**overrides) -> Transformer:
     """Llama 3 70B shapes: dim 8192, 80 blocks, 64 heads (8 KV), FFN 28672, vocabulary 128256."""
     return Transformer(replace(LLAMA3_70B, **overrides))
+
+
+def llama3_405b(**overrides) -> Transformer:
+    """Llama 3.1 405B shapes: dim 16384, 126 blocks, 128 heads (8 KV), FFN 53248, vocabulary 128256."""
+    return Transformer(replace(LLAMA3_405B, **overrides))
 
 
 def build_model(**overrides) -> Transformer:

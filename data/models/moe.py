@@ -7,6 +7,12 @@ sorted by expert: they are not nn.Linear, so float8 training conversion leaves t
 them in `torchao.prototype.moe_training`). The router is a Linear with N = number of experts (8: too small
 for FP8). Every step stays shape-static (no `.item()`, no `nonzero`), so the whole forward traces on the
 meta device.
+
+Factories: `build_model()` (small) and `deepseek_v3_671b()`: DeepSeek-V3's published sizes (dim 7168, 61
+blocks of which the first 3 dense with FFN 18432, 256 routed experts of hidden 2048, top 8, one shared expert,
+vocabulary 129280; 671B parameters) on this module's plain multi-head attention: V3's multi-head latent
+attention (MLA) is not modelled, so its attention Linears have other shapes than here (and are about 2% of the
+parameters).
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ class MoEArgs:
     top_k: int = 2
     expert_hidden_dim: int = 1536
     shared_hidden_dim: int = 1536
+    n_dense_layers: int = 0  # the first blocks have a dense feed-forward instead of the MoE
+    dense_hidden_dim: int = 0
 
 
 class Attention(nn.Module):
@@ -116,23 +124,29 @@ class MoE(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, args: MoEArgs):
+    def __init__(self, args: MoEArgs, dense: bool = False):
         super().__init__()
         self.attention_norm = nn.RMSNorm(args.dim)
         self.attention = Attention(args)
         self.moe_norm = nn.RMSNorm(args.dim)
-        self.moe = MoE(args)
+        if dense:
+            self.feed_forward = FeedForward(args.dim, args.dense_hidden_dim)
+        else:
+            self.moe = MoE(args)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attention(self.attention_norm(x))
-        return x + self.moe(self.moe_norm(x))
+        mixer = self.feed_forward if hasattr(self, "feed_forward") else self.moe
+        return x + mixer(self.moe_norm(x))
 
 
 class MoETransformer(nn.Module):
     def __init__(self, args: MoEArgs):
         super().__init__()
         self.tok_embeddings = nn.Embedding(args.vocab_size, args.dim)
-        self.layers = nn.ModuleDict({str(i): Block(args) for i in range(args.n_layers)})
+        self.layers = nn.ModuleDict(
+            {str(i): Block(args, dense=i < args.n_dense_layers) for i in range(args.n_layers)}
+        )
         self.norm = nn.RMSNorm(args.dim)
         self.output = nn.Linear(args.dim, args.vocab_size, bias=False)
 
@@ -146,3 +160,22 @@ class MoETransformer(nn.Module):
 def build_model(**overrides) -> MoETransformer:
     """2 blocks, dim 1024, 8 experts (top 2) of hidden 1536, one shared expert."""
     return MoETransformer(replace(MoEArgs(), **overrides))
+
+
+DEEPSEEK_V3_671B = MoEArgs(
+    dim=7168,
+    n_layers=61,
+    n_heads=128,
+    vocab_size=129280,
+    n_experts=256,
+    top_k=8,
+    expert_hidden_dim=2048,
+    shared_hidden_dim=2048,
+    n_dense_layers=3,
+    dense_hidden_dim=18432,
+)
+
+
+def deepseek_v3_671b(**overrides) -> MoETransformer:
+    """DeepSeek-V3's sizes (671B parameters), plain multi-head attention for MLA (module docstring)."""
+    return MoETransformer(replace(DEEPSEEK_V3_671B, **overrides))

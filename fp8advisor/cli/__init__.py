@@ -8,6 +8,7 @@ message on stderr and its exit status (2 for unusable input); the traceback only
 from __future__ import annotations
 
 import functools
+import logging
 import sys
 import traceback
 from collections.abc import Callable
@@ -17,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from fp8advisor import __version__
+from fp8advisor import __version__, compat
 from fp8advisor.errors import AdvisorError, quote
 
 app = typer.Typer(
@@ -49,12 +50,25 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    debug: bool = typer.Option(False, "--debug", help="Show the full traceback on errors."),
+    debug: bool = typer.Option(
+        False, "--debug", help="Show the full traceback on errors, and the libraries' own warnings."
+    ),
     version: bool = typer.Option(
         False, "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
     ),
 ) -> None:
     state.debug = debug
+    if not debug:
+        _quiet_library_loggers()
+
+
+def _quiet_library_loggers() -> None:
+    """Errors only from the loggers that warn about nothing the user can act on: torchao's failed loads of
+    its optional compiled extras (absent from a CPU build) and torch's pytree deprecation notes on torchao's
+    enums (`compat.TORCHAO_IMPORT_LOGGERS`). Set at the source, before anything imports them; --debug keeps
+    them."""
+    for name in compat.TORCHAO_IMPORT_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def report_error(error: AdvisorError) -> None:
