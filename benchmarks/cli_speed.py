@@ -1,6 +1,7 @@
 """How long the inspecting commands take on the large example models, Python start-up included, and how much
 memory they hold at their peak: `layers` and `suggest` on Llama-3-70B, Llama 3.1 405B and a DeepSeek-V3-sized
-MoE, `verify` on 405B, all at batch 1 x seq 8192.
+MoE, `suggest` on Llama 3.1 8B's Hugging Face config.json (the path that imports transformers), `verify` on
+405B, all at batch 1 x seq 8192.
 
 Each command runs as a fresh subprocess several times (one untimed warm-up first, so that the files are in
 the OS cache); each run's CPU time and peak resident set size come from `os.wait4` (the child's own
@@ -30,6 +31,7 @@ SHAPE = ["--batch", "1", "--seq", "8192"]
 LLAMA_70B = "data/models/llama3.py:llama3_70b"
 LLAMA_405B = "data/models/llama3.py:llama3_405b"
 MOE_671B = "data/models/moe.py:deepseek_v3_671b"
+LLAMA_31_8B_HF = "data/models/llama31_8b_hf"  # Llama 3.1 8B's config.json, built through transformers
 GOAL_MB = 600.0
 
 
@@ -46,6 +48,7 @@ CASES = [
     Case("suggest-70b", ("suggest", LLAMA_70B, *SHAPE), 5.0),
     Case("suggest-405b", ("suggest", LLAMA_405B, *SHAPE), 5.0),
     Case("suggest-671b-moe", ("suggest", MOE_671B, *SHAPE), 5.0),
+    Case("suggest-hf-llama31-8b", ("suggest", LLAMA_31_8B_HF, *SHAPE), 5.0),
     Case(
         "verify-405b",
         ("verify", LLAMA_405B, *SHAPE, "--config", "{config}"),

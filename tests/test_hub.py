@@ -24,23 +24,8 @@ from huggingface_hub import constants, errors  # noqa: E402
 
 REPO = "meta-llama/Llama-3.1-8B"
 SHA = "0e9e39f249a16976918f6564b8830bc894c89659"  # a commit id: the cache's snapshot folder is named by one
-# Llama 3.1 8B's dimensions, in the style of data/models/tiny_llama_hf/config.json.
-LLAMA_31_8B = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "max_position_embeddings": 131072,
-    "rms_norm_eps": 1e-05,
-    "rope_theta": 500000.0,
-    "hidden_act": "silu",
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-}
+# Llama 3.1 8B's published config (the shipped example; Hub ids are tested with the very same file).
+LLAMA_31_8B = json.loads((MODELS_DIR / "llama31_8b_hf" / "config.json").read_text())
 
 
 def _cache_repo(cache: Path, repo: str, config: dict, sha: str = SHA) -> Path:
