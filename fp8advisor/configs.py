@@ -49,7 +49,7 @@ from fp8advisor import compat
 from fp8advisor.errors import ConfigError, parse_choice, quote
 from fp8advisor.filter_eval import NOT_LITERAL, FilterEvaluator, literal_value
 from fp8advisor.filters import dims_divisible_by_16, matches_filter
-from fp8advisor.formats import ConfigFormat, parse_format
+from fp8advisor.formats import ConfigFormat, parse_format, read_header
 from fp8advisor.recipes import Recipe, parse_recipe
 
 try:  # Python 3.11+
@@ -308,8 +308,6 @@ def _imports_from(node: ast.AST, package: str) -> bool:
 
 def _format_in_header(text: str) -> ConfigFormat | None:
     """The `--format` in the header `fp8advisor suggest` wrote (`emit.header_lines`), if any."""
-    from fp8advisor.emit import read_header  # the writer knows its header
-
     header = read_header(text)
     return header.format if header is not None else None
 

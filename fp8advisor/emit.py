@@ -54,7 +54,7 @@ from fp8advisor import __version__, megatron, titan
 from fp8advisor.advise import DEFAULT_MIN_SPEEDUP, Advice, Predictor
 from fp8advisor.errors import ConfigError
 from fp8advisor.files import GENERATED_MARK, write_atomic
-from fp8advisor.formats import ConfigFormat, parse_format
+from fp8advisor.formats import CHECK_PREFIX, ConfigFormat, parse_format
 from fp8advisor.profile import weakest_provenance
 from fp8advisor.recipes import Recipe
 
@@ -138,7 +138,7 @@ def header_lines(advice: Advice, request: Request, fmt: ConfigFormat, what: str 
             f"decided in context: {len(advice.profile_decisions)} layers, from {advice.in_context.source}"
         )
     pinned = pinned_command(request, advice, fmt)
-    lines.append(f"{_CHECK_PREFIX}{pinned} --check <this file>")
+    lines.append(f"{CHECK_PREFIX}{pinned} --check <this file>")
     return lines
 
 
@@ -167,56 +167,6 @@ def fp8_off_reason(advice: Advice) -> str:
         f"nothing is worth converting: no layer is predicted to reach {advice.min_speedup:.2f}x with "
         f"{advice.recipe.value} (best: {best.fqn} at {best.predicted_speedup:.2f}x); train in bf16"
     )
-
-
-@dataclass(frozen=True)
-class SuggestHeader:
-    """What the header of a file `suggest` wrote says about the advice it holds (`read_header`)."""
-
-    batch: int
-    seq: int
-    recipe: str  # the recipe the advice used (chosen by "auto" or typed)
-    profile: str | None  # as the check command pins it: typed with --profile, else the one chosen
-    min_speedup: float
-    format: ConfigFormat | None
-
-
-_CHECK_PREFIX = "check in CI: "
-
-
-def read_header(text: str) -> SuggestHeader | None:
-    """The settings in the comment header `header_lines` wrote at the top of `text`; None when the text has no
-    such header (a hand-written file, a JSON filter list) or it cannot be read."""
-    import shlex
-
-    lines = []
-    for line in text.splitlines():
-        if not line.startswith("#"):
-            break
-        lines.append(line[1:].strip())
-    if not lines or not lines[0].startswith(GENERATED_MARK):
-        return None
-    recipe_line = next((line for line in lines if line.startswith("recipe: ")), None)
-    command = next((line for line in lines if line.startswith(_CHECK_PREFIX)), None)
-    if recipe_line is None or command is None:
-        return None
-    try:
-        words = shlex.split(command[len(_CHECK_PREFIX) :])
-    except ValueError:
-        return None
-    options = {word: value for word, value in zip(words, words[1:], strict=False) if word.startswith("--")}
-    try:
-        fmt = ConfigFormat(options["--format"]) if "--format" in options else None
-        return SuggestHeader(
-            batch=int(options["--batch"]),
-            seq=int(options["--seq"]),
-            recipe=recipe_line.split()[1],
-            profile=options.get("--profile"),
-            min_speedup=float(options.get("--min-speedup", DEFAULT_MIN_SPEEDUP)),
-            format=fmt,
-        )
-    except (KeyError, ValueError, IndexError):
-        return None
 
 
 def pinned_command(request: Request, advice: Advice, fmt: ConfigFormat, output: str | None = None) -> str:
@@ -772,11 +722,9 @@ __all__ = [
     "pinned_command",
     "check",
     "fp8_off_reason",
-    "SuggestHeader",
     "format_warnings",
     "header_lines",
     "parse_format",
-    "read_header",
     "read_committed",
     "render",
     "unmatched_filter_entries",

@@ -11,9 +11,11 @@ torchao's `_auto_filter_for_recipe`, which torchtitan applies for the `auto_filt
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
 from fp8advisor.errors import ConfigError, quote
+from fp8advisor.files import GENERATED_MARK
 
 
 class ConfigFormat(str, Enum):
@@ -93,4 +95,76 @@ def parse_format(name: str | ConfigFormat) -> ConfigFormat:
     return fmt
 
 
-__all__ = ["FILE_FORMATS", "FILTER_FQNS_MEANING", "SUBSTRING_FORMATS", "ConfigFormat", "parse_format"]
+#: How the header line holding the regenerate command starts (written by `emit.header_lines`).
+CHECK_PREFIX = "check in CI: "
+
+
+@dataclass(frozen=True)
+class SuggestHeader:
+    """What the header of a file `suggest` wrote says about the advice it holds (`read_header`): the settings
+    of its regenerate command, as `verify` needs them to advise the same way."""
+
+    target: str  # the TARGET as suggest was given it
+    batch: int
+    seq: int
+    recipe: str  # the recipe the advice used (chosen by "auto" or typed)
+    profile: str | None  # as the check command pins it: typed with --profile, else the one chosen
+    min_speedup: float
+    tensor_parallel: int | None  # None: not given (1)
+    measured: str | None  # the in-context results directory the advice was decided from, if any
+    format: ConfigFormat | None
+
+
+def read_header(text: str) -> SuggestHeader | None:
+    """The settings in the comment header `emit.header_lines` wrote at the top of `text`; None when the text
+    has no such header (a hand-written file, a JSON filter list) or it cannot be read. Here, not in `emit`,
+    so that the reader does not depend on the writer."""
+    import shlex
+
+    from fp8advisor.advise import DEFAULT_MIN_SPEEDUP
+
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line[1:].strip())
+    if not lines or not lines[0].startswith(GENERATED_MARK):
+        return None
+    recipe_line = next((line for line in lines if line.startswith("recipe: ")), None)
+    command = next((line for line in lines if line.startswith(CHECK_PREFIX)), None)
+    if recipe_line is None or command is None:
+        return None
+    try:
+        words = shlex.split(command[len(CHECK_PREFIX) :])
+    except ValueError:
+        return None
+    if words[:2] != ["fp8advisor", "suggest"] or len(words) < 3:
+        return None
+    options = {word: value for word, value in zip(words, words[1:], strict=False) if word.startswith("--")}
+    try:
+        fmt = ConfigFormat(options["--format"]) if "--format" in options else None
+        return SuggestHeader(
+            target=words[2],
+            batch=int(options["--batch"]),
+            seq=int(options["--seq"]),
+            recipe=recipe_line.split()[1],
+            profile=options.get("--profile"),
+            min_speedup=float(options.get("--min-speedup", DEFAULT_MIN_SPEEDUP)),
+            tensor_parallel=int(options["--tp"]) if "--tp" in options else None,
+            measured=options.get("--measured"),
+            format=fmt,
+        )
+    except (KeyError, ValueError, IndexError):
+        return None
+
+
+__all__ = [
+    "CHECK_PREFIX",
+    "FILE_FORMATS",
+    "FILTER_FQNS_MEANING",
+    "SUBSTRING_FORMATS",
+    "ConfigFormat",
+    "SuggestHeader",
+    "parse_format",
+    "read_header",
+]

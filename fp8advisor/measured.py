@@ -10,11 +10,13 @@ in context"; every other layer falls back to the profile.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from fp8advisor.blocks import member_fqn
 from fp8advisor.errors import AdvisorError
+from fp8advisor.recipes import Recipe
 from fp8advisor.search import Timing
 
 MEASURED_IN_CONTEXT = "measured in context"
@@ -145,4 +147,47 @@ def find_in_context(
     raise AdvisorError(f"{directory} {why}", hint=hint)
 
 
-__all__ = ["MEASURED_IN_CONTEXT", "BlockChoice", "InContext", "find_in_context"]
+def in_context_dir() -> Path:
+    """Where in-context results go by default, and where `suggest` looks for them: the profile directory's
+    `in-context/`."""
+    from fp8advisor.profile import user_profile_dir
+
+    return user_profile_dir() / "in-context"
+
+
+def in_context_reader(
+    measured: str | Path | None, *, automatic: bool, model_layers, family: str, tensor_parallel: int = 1
+) -> Callable[[Recipe], InContext | None] | None:
+    """`recipe -> InContext | None` for `advise`: the results in `measured`, or else (`automatic`) those in
+    the profile directory's in-context/ for this model, batch, seq and GPU family. None when neither applies,
+    and with tensor parallelism (a block measured on one GPU is not a sharded one)."""
+    from fp8advisor.blocks import model_fingerprint
+
+    if tensor_parallel > 1:
+        if measured is not None:
+            raise AdvisorError(
+                "--measured does not go with --tp: the blocks were measured whole, on one GPU",
+                hint="leave out --measured (or --tp)",
+            )
+        return None
+    if measured is None and not automatic:
+        return None
+    directory = Path(measured) if measured is not None else in_context_dir()
+    fingerprint = model_fingerprint(model_layers)
+
+    def read(recipe: Recipe) -> InContext | None:
+        return find_in_context(
+            directory, fingerprint=fingerprint, family=family, recipe=recipe.value, automatic=measured is None
+        )
+
+    return read
+
+
+__all__ = [
+    "MEASURED_IN_CONTEXT",
+    "BlockChoice",
+    "InContext",
+    "find_in_context",
+    "in_context_dir",
+    "in_context_reader",
+]

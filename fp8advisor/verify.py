@@ -603,6 +603,8 @@ class AdviceSettings:
     recipe: str | None = None  # None: the one the config names
     profile: str | None = None  # None: chosen as suggest chooses it
     min_speedup: float | None = None  # None: the default
+    tensor_parallel: int = 1
+    measured: str | None = None  # in-context results to decide the measured blocks from (suggest --measured)
     from_header: tuple[str, ...] = ()  # the names of the settings read from the config's header
 
 
@@ -614,18 +616,30 @@ def advice_settings(
     recipe: str | None = None,
     profile: str | None = None,
     min_speedup: float | None = None,
+    tensor_parallel: int | None = None,
+    measured: str | None = None,
+    target: str | None = None,
 ) -> tuple[AdviceSettings, str | None]:
     """The settings to advise with: each given on the command line (not None), else the one in the header
     `fp8advisor suggest` wrote into the config (`emit.read_header`), else the default. Also one line saying
-    where the command line disagrees with the header (the command line wins), or None. A file without such a
-    header (or none at all: `read_config` reports that) gives the command line and the defaults."""
-    from fp8advisor.emit import read_header
+    where the command line disagrees with the header (the command line wins; a `target` other than the one the
+    header names is said too), or None. A file without such a header (or none at all: `read_config` reports
+    that) gives the command line and the defaults."""
+    from fp8advisor.formats import read_header
 
     try:
         header = read_header(Path(config_path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError):
         header = None
-    given = {"batch": batch, "seq": seq, "recipe": recipe, "profile": profile, "min_speedup": min_speedup}
+    given = {
+        "batch": batch,
+        "seq": seq,
+        "recipe": recipe,
+        "profile": profile,
+        "min_speedup": min_speedup,
+        "tensor_parallel": tensor_parallel,
+        "measured": measured,
+    }
     if header is None:
         chosen = {name: value for name, value in given.items() if value is not None}
         return AdviceSettings(**chosen), None
@@ -635,15 +649,20 @@ def advice_settings(
         "recipe": header.recipe,
         "profile": header.profile,
         "min_speedup": header.min_speedup,
+        "tensor_parallel": header.tensor_parallel,
+        "measured": header.measured,
     }
+    options = {"tensor_parallel": "--tp"}
     chosen, disagreements = {}, []
+    if target is not None and target != header.target:
+        disagreements.append(f"TARGET {target} (header: {header.target})")
     for name, value in given.items():
         if value is None:
             chosen[name] = written[name]
             continue
         chosen[name] = value
         if written[name] is not None and value != written[name]:
-            option = "--" + name.replace("_", "-")
+            option = options.get(name, "--" + name.replace("_", "-"))
             disagreements.append(f"{option} {_shown(value)} (header: {_shown(written[name])})")
     from_header = tuple(name for name, value in given.items() if value is None and written[name] is not None)
     message = None
@@ -652,6 +671,7 @@ def advice_settings(
             f"the command line differs from the header fp8advisor suggest wrote in {config_path}: "
             f"{', '.join(disagreements)}; advising with the command line's values"
         )
+    chosen = {name: value for name, value in chosen.items() if value is not None}  # else the defaults
     return AdviceSettings(**chosen, from_header=from_header), message
 
 
@@ -674,6 +694,8 @@ def verify(
     sqnr_threshold_db: float = SQNR_THRESHOLD_DB,
     seed: int = 0,
     trust_config: bool = False,
+    tensor_parallel: int = 1,
+    measured: str | Path | None = None,
 ) -> VerifyReport:
     """Check that the config at `config_path` converts exactly the layers `advise` picks for `target` at
     (batch, seq), that they run float8 GEMMs and nothing else does, and that their numerics are sound.
@@ -681,7 +703,8 @@ def verify(
     `recipe`: the recipe to advise with; None = the one the config names (for a bare filter list: "auto").
     `profile`, `min_speedup`: as `suggest`. `predictor` replaces the profile's predictions (tests).
     `trust_config`: run a Python config's filter function instead of evaluating it from its syntax
-    (`fp8advisor.configs.read_config`).
+    (`fp8advisor.configs.read_config`). `tensor_parallel`, `measured`: as `suggest --tp` / `--measured` (the
+    in-context results decide the blocks they measured; never picked up automatically, as under --check).
     Raises AdvisorError subclasses (exit 2) for unusable input; the report's `exit_code` is 0 or 1.
     """
     from fp8advisor.advise import AUTO, DEFAULT_MIN_SPEEDUP
@@ -695,7 +718,9 @@ def verify(
     # 1. The model at the advised batch x seq, and the advice.
     meta = load_model(target, "meta")
     model_layers: ModelLayers = inspect_loaded(meta, batch=batch, seq=seq)
-    advice = _advice_for(model_layers, config, requested_recipe, profile, min_speedup, predictor)
+    advice = _advice_for(
+        model_layers, config, requested_recipe, profile, min_speedup, predictor, tensor_parallel, measured
+    )
     if config.recipe is None:  # a bare filter list trains with the advised recipe
         config = config.with_recipe(advice.recipe)
     run_recipe = config.recipe
@@ -795,18 +820,34 @@ def _advice_for(
     profile: str | None,
     min_speedup: float,
     predictor: Callable | None,
+    tensor_parallel: int = 1,
+    measured: str | Path | None = None,
 ):
-    """`advise` for the model, with --recipe, else the config's recipe, else (a bare filter list) "auto"."""
+    """`advise` for the model, with --recipe, else the config's recipe, else (a bare filter list) "auto"; with
+    the tensor-parallel degree and the in-context results `suggest` advised with."""
     from fp8advisor.advise import AUTO, advise
+    from fp8advisor.measured import in_context_reader
 
+    choice = _profile_choice(profile, predictor)
+    in_context = None
+    if measured is not None:
+        in_context = in_context_reader(
+            measured,
+            automatic=False,
+            model_layers=model_layers,
+            family=choice.primary.family,
+            tensor_parallel=tensor_parallel,
+        )
     return advise(
         model_layers,
-        _profile_choice(profile, predictor),
+        choice,
         requested_recipe or config.recipe or AUTO,
         min_speedup,
         predictor=predictor,
         device_capability=None,
         compare_torchao_auto=False,
+        tensor_parallel=tensor_parallel,
+        in_context=in_context,
     )
 
 
@@ -1087,6 +1128,11 @@ class _TestProfile:
 
     name = "test predictor"
     provenance = "modelled"
+    family = "test"  # no GPU family: in-context results of any real GPU are refused
+
+    @property
+    def primary(self) -> _TestProfile:  # a profile choice of one profile, as `select_profile` returns
+        return self
 
     def describe(self) -> str:
         return self.name

@@ -216,6 +216,38 @@ def test_advice_settings_read_every_header_value(tmp_path):
     settings, message = advice_settings(path, batch=4, profile="other", min_speedup=1.2)
     assert (settings.profile, settings.min_speedup, settings.seq) == ("other", 1.2, 2048)
     assert "--profile other (header: my dir/mine.json), --min-speedup 1.2 (header: 1.05)" in message
+    assert (settings.tensor_parallel, settings.measured) == (1, None)  # not in the header: the defaults
+    path.write_text(
+        path.read_text().replace("--format", "--tp 4 --measured 'ctx dir' --format").replace("m.py", "n.py")
+    )
+    settings, message = advice_settings(path, target="m.py")
+    assert (settings.tensor_parallel, settings.measured, settings.batch) == (4, "ctx dir", 4)
+    assert message.count("(header: ") == 1 and "TARGET m.py (header: n.py)" in message
+    settings, message = advice_settings(path, target="n.py", tensor_parallel=2)
+    assert settings.tensor_parallel == 2 and "--tp 2 (header: 4)" in message
+
+
+def test_tensor_parallel_and_in_context_results_of_the_header_reach_the_advice(tiny, tmp_path, monkeypatch):
+    """verify advises as suggest did: with the header's --tp, and from the header's --measured results."""
+    import fp8advisor.advise as advise_module
+
+    seen = []
+    real_advise = advise_module.advise
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs.get("tensor_parallel"), kwargs.get("in_context")))
+        return real_advise(*args, **kwargs)
+
+    monkeypatch.setattr(advise_module, "advise", spy)
+    path = Path(_suggested(tiny, tmp_path, 256))
+    text = path.read_text()
+    path.write_text(text.replace("--format", "--tp 4 --format"))
+    seen.clear()  # _suggested advised too
+    result = invoke(tiny, "--config", str(path))
+    assert seen == [(4, None)] and "--tp 4" in result.stdout, result.output
+    path.write_text(text.replace("--format", f"--measured {tmp_path / 'nowhere'} --format"))
+    result = invoke(tiny, "--config", str(path))
+    assert result.exit_code == 2 and "nowhere" in result.stderr, result.output  # the results were looked for
 
 
 def test_filter_fqns_says_what_it_means(tiny, tmp_path):

@@ -13,19 +13,12 @@ from rich.table import Table
 from rich.text import Text
 
 from fp8advisor.cli import console, err_console
+from fp8advisor.measured import in_context_dir
 from fp8advisor.recipes import BASELINE, Recipe, parse_recipe
 
 #: The recipes measured when --recipes is not given: the two torchtitan and NeMo AutoModel users choose
 #: between (rowwise_with_gw_hp on request).
 DEFAULT_RECIPES = (Recipe.TENSORWISE.value, Recipe.ROWWISE.value)
-
-
-def in_context_dir() -> Path:
-    """Where in-context results go by default, and where `suggest` looks for them: the profile directory's
-    `in-context/`."""
-    from fp8advisor.profile import user_profile_dir
-
-    return user_profile_dir() / "in-context"
 
 
 def bench_model(
@@ -198,4 +191,4 @@ def _print_summary(summary, discovery, recipes, out: Path, emulate: bool, time_b
         console.print(f"advice decided by these measurements: {command}", soft_wrap=True, markup=False)
 
 
-__all__ = ["DEFAULT_RECIPES", "bench_model", "in_context_dir"]
+__all__ = ["DEFAULT_RECIPES", "bench_model"]

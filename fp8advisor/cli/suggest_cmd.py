@@ -239,33 +239,18 @@ def _recipes_the_format_holds(config_format: ConfigFormat | None) -> tuple[Recip
 def _in_context_reader(
     measured: str | None, automatic: bool, model_layers, choice, gpu: str | None, tensor_parallel: int
 ):
-    """`recipe -> InContext | None` for `advise`: the results of --measured DIR, or else (`automatic`) those
-    in the profile directory's in-context/ for this model, batch, seq and GPU type. None with tensor
-    parallelism (a block measured on one GPU is not a sharded one)."""
-    from fp8advisor.blocks import model_fingerprint
-    from fp8advisor.cli.bench_model import in_context_dir
-    from fp8advisor.measured import find_in_context
+    """`measured.in_context_reader` for the GPU family of --gpu, else of the profile."""
+    from fp8advisor.measured import in_context_reader
     from fp8advisor.roofline import gpu_family
 
-    if tensor_parallel > 1:
-        if measured is not None:
-            raise AdvisorError(
-                "--measured does not go with --tp: the blocks were measured whole, on one GPU",
-                hint="leave out --measured (or --tp)",
-            )
-        return None
-    if measured is None and not automatic:
-        return None
-    directory = Path(measured) if measured is not None else in_context_dir()
     family = gpu_family(gpu) if gpu is not None else choice.primary.family
-    fingerprint = model_fingerprint(model_layers)
-
-    def read(recipe: Recipe):
-        return find_in_context(
-            directory, fingerprint=fingerprint, family=family, recipe=recipe.value, automatic=measured is None
-        )
-
-    return read
+    return in_context_reader(
+        measured,
+        automatic=automatic,
+        model_layers=model_layers,
+        family=family,
+        tensor_parallel=tensor_parallel,
+    )
 
 
 def _step_config(world_size: int, ac: str, grad_accum: int, float8_all_gather: bool, recipe: str):

@@ -66,6 +66,19 @@ def verify_command(
         show_default=False,
         help=f"As for suggest. Default: the config's header, else {DEFAULT_MIN_SPEEDUP}.",
     ),
+    tensor_parallel: int | None = typer.Option(
+        None,
+        "--tp",
+        min=1,
+        show_default=False,
+        help="Tensor-parallel degree, as for suggest. Default: the config's header, else 1.",
+    ),
+    measured: str | None = typer.Option(
+        None,
+        "--measured",
+        show_default=False,
+        help="In-context results, as for suggest --measured. Default: the config's header, else none.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON document."),
     trust_config: bool = typer.Option(
         False,
@@ -75,16 +88,24 @@ def verify_command(
 ) -> None:
     """Convert the model as the config says, run one float8 step, and check it against the advice.
 
-    The batch, seq, recipe, profile and min speedup come from the command line, else from the header of a
-    config `fp8advisor suggest` wrote. Exit 0 when the config converts exactly the advised layers and every
-    check passes; 1 with what differs.
+    The batch, seq, recipe, profile, min speedup, --tp and --measured come from the command line, else from
+    the header of a config `fp8advisor suggest` wrote. Exit 0 when the config converts exactly the advised
+    layers and every check passes; 1 with what differs.
     """
     if recipe is not None and recipe != AUTO:
         parse_recipe(recipe)  # a clear error before the model is built
     from fp8advisor.verify import advice_settings, verify
 
     settings, disagreement = advice_settings(
-        config, batch=batch, seq=seq, recipe=recipe, profile=profile, min_speedup=min_speedup
+        config,
+        batch=batch,
+        seq=seq,
+        recipe=recipe,
+        profile=profile,
+        min_speedup=min_speedup,
+        tensor_parallel=tensor_parallel,
+        measured=measured,
+        target=target,
     )
     if disagreement is not None:
         err_console.print(Text("note: ", style="yellow") + Text(disagreement), soft_wrap=True)
@@ -98,11 +119,13 @@ def verify_command(
             profile=settings.profile,
             min_speedup=settings.min_speedup,
             trust_config=trust_config,
+            tensor_parallel=settings.tensor_parallel,
+            measured=settings.measured,
         )
     if as_json:
         console.print_json(json.dumps(report.to_json()), indent=2, highlight=False)
     else:
-        _print_report(report, settings.from_header)
+        _print_report(report, settings)
     if not report.passed:
         raise typer.Exit(report.exit_code)
 
@@ -133,7 +156,8 @@ def _group(report) -> list[tuple[str, int, object]]:
     return [(row.pattern, row.count, list(row.members)) for row in fold_repeated(report.layers, same)]
 
 
-def _print_report(report, from_header: tuple[str, ...] = ()) -> None:
+def _print_report(report, settings) -> None:
+    from_header = settings.from_header
     config = report.config
     execution = report.execution
     console.print(
@@ -146,6 +170,12 @@ def _print_report(report, from_header: tuple[str, ...] = ()) -> None:
         f"rule: {config.rule}",
         f"advice:  profile {report.profile}, batch {report.batch} x seq {report.seq}, "
         f"min speedup {report.min_speedup:g}"
+        + (
+            f", --tp {settings.tensor_parallel}"
+            if settings is not None and settings.tensor_parallel > 1
+            else ""
+        )
+        + (f", in-context results {settings.measured}" if settings is not None and settings.measured else "")
         + (
             f" ({', '.join(n.replace('_', ' ') for n in from_header)} from its header)" if from_header else ""
         ),
