@@ -188,6 +188,29 @@ def _string_list_lines(entries: tuple[str, ...] | list[str], indent: str) -> str
     return "".join(f"{indent}{_quoted(entry)},\n" for entry in entries)
 
 
+def check_format_recipe(fmt: ConfigFormat, recipe: Recipe | str) -> None:
+    """A ConfigError when the format's framework has no such recipe: torchtitan 0.3 has no tensorwise,
+    Transformer Engine (megatron) only tensorwise. `suggest` asks before the work, `render` again."""
+    recipe = Recipe(recipe)
+    if fmt is ConfigFormat.TORCHTITAN_PY and recipe is Recipe.TENSORWISE:
+        raise ConfigError(
+            "torchtitan 0.3 has no tensorwise recipe (Float8LinearConverter.Config accepts rowwise and "
+            "rowwise_with_gw_hp)",
+            hint="use --recipe rowwise (or rowwise_with_gw_hp), or --format torchtitan-toml for "
+            "torchtitan 0.2.x",
+        )
+    if fmt is ConfigFormat.MEGATRON:
+        megatron.check_recipe(recipe)
+
+
+def leaves_fp8_off(advice: Advice, fmt: ConfigFormat | None, predictor: Predictor | None = None) -> bool:
+    """Whether the file of `fmt` trains nothing in float8: the advice converts nothing, or (megatron, whose
+    fused GEMMs are decided as one) the plan puts no module in float8. No format: the advice alone."""
+    if fmt is ConfigFormat.MEGATRON:
+        return not megatron.plan(advice, predictor).float8_names
+    return not advice.convert_fqns
+
+
 def render(
     advice: Advice,
     fmt: ConfigFormat | str,
@@ -201,6 +224,7 @@ def render(
     (`advise.default_predictor` of its profile), with which the megatron format decides a fused GEMM as one;
     without it, by the sum of its parts' predicted times."""
     fmt = parse_format(fmt)
+    check_format_recipe(fmt, advice.recipe)  # a file FP8 is off in must still be one its framework takes
     if fmt is ConfigFormat.MEGATRON:
         return _megatron(advice, request, predictor)
     header = header_lines(advice, request, fmt)
@@ -264,13 +288,6 @@ def format_warnings(advice: Advice, fmt: ConfigFormat | str) -> list[str]:
 
 
 def _torchtitan_py(advice: Advice, header: list[str], request: Request) -> str:
-    if advice.recipe is Recipe.TENSORWISE:
-        raise ConfigError(
-            "torchtitan 0.3 has no tensorwise recipe (Float8LinearConverter.Config accepts rowwise and "
-            "rowwise_with_gw_hp)",
-            hint="use --recipe rowwise (or rowwise_with_gw_hp), or --format torchtitan-toml for "
-            "torchtitan 0.2.x",
-        )
     unmatched = unmatched_filter_entries(advice)
     if unmatched:  # the list is derived from these names: an entry naming nothing is a bug, never written
         raise ConfigError(
@@ -721,7 +738,9 @@ __all__ = [
     "Request",
     "pinned_command",
     "check",
+    "check_format_recipe",
     "fp8_off_reason",
+    "leaves_fp8_off",
     "format_warnings",
     "header_lines",
     "parse_format",

@@ -384,3 +384,36 @@ def test_render_refuses_matchers_that_miss_the_plan(monkeypatch):
     monkeypatch.setattr(megatron, "precision_config", dropping_fc2)
     with pytest.raises(AssertionError, match="selects"):
         render(advice, "megatron", REQUEST)
+
+
+def _only_the_head(M, K, N):
+    """Only the head (N = 128256) gains: Megatron keeps output_layer in bf16, so its file trains no float8."""
+    return 1.5 if N > 100000 else 0.9
+
+
+def test_fp8_is_off_where_the_megatron_plan_converts_nothing():
+    """The plan, not the per-layer advice, says whether a Megatron file trains float8 (the head is bf16 there,
+    the fused GEMMs are decided as one): suggest's "leaves FP8 off" line follows it."""
+    from fp8advisor.emit import leaves_fp8_off
+
+    predictor = StubPredictor(rule=_only_the_head)
+    advice = _advice(_model(), _only_the_head)
+    assert advice.convert_fqns == ("output",)
+    assert leaves_fp8_off(advice, ConfigFormat.MEGATRON, predictor)
+    assert not leaves_fp8_off(advice, ConfigFormat.TORCHTITAN_TOML, predictor)
+    fused = _advice(_model(), _only_fc)  # the parts lose, the fused linear_fc1 gains: on in Megatron only
+    assert fused.convert_fqns == ("output",)
+    assert not leaves_fp8_off(fused, ConfigFormat.MEGATRON, StubPredictor(rule=_only_fc))
+
+
+def test_a_recipe_the_framework_lacks_is_refused_even_when_fp8_is_off():
+    """torchtitan 0.3 has no tensorwise: no file of it is written, also when nothing converts (FP8 off)."""
+    from fp8advisor.emit import check_format_recipe
+
+    advice = _advice(_model(), lambda M, K, N: 0.5)  # nothing pays
+    assert advice.convert_fqns == ()
+    with pytest.raises(ConfigError, match="torchtitan 0.3 has no tensorwise"):
+        render(advice, ConfigFormat.TORCHTITAN_PY, REQUEST)
+    with pytest.raises(ConfigError, match="Transformer Engine has no rowwise"):
+        check_format_recipe(ConfigFormat.MEGATRON, "rowwise")
+    check_format_recipe(ConfigFormat.TORCHTITAN_TOML, "tensorwise")  # 0.2 has it

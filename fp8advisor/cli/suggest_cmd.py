@@ -18,7 +18,9 @@ from fp8advisor.emit import (
     ConfigFormat,
     Request,
     check,
+    check_format_recipe,
     format_warnings,
+    leaves_fp8_off,
     parse_format,
     pinned_command,
     read_committed,
@@ -28,7 +30,6 @@ from fp8advisor.emit import (
 from fp8advisor.errors import AdvisorError
 from fp8advisor.files import guard_output
 from fp8advisor.formats import FILE_FORMATS, FILTER_FQNS_MEANING
-from fp8advisor.megatron import check_recipe
 from fp8advisor.recipes import ALL_RECIPES, Recipe, parse_recipe
 from fp8advisor.roofline import get_specs
 
@@ -135,8 +136,8 @@ def suggest(
             "-o and --check do not go together", hint="write with -o, verify in CI with --check"
         )
     config_format = _format_for(fmt, output or check_file)
-    if config_format is ConfigFormat.MEGATRON and recipe != AUTO:
-        check_recipe(recipe)  # Transformer Engine has no rowwise: say so before the work
+    if config_format is not None and recipe != AUTO:
+        check_format_recipe(config_format, parse_recipe(recipe))  # a recipe its framework lacks: say so now
     # Before the work: a path that cannot be written, or a file that is not ours to replace, fails at once.
     if output is not None:
         guard_output(output, inputs=_input_files(target, profile), force=force)
@@ -218,9 +219,9 @@ def suggest(
     if config_format is not None and output is None:
         # stdout holds the config alone, ready to pipe; the people's part goes to stderr
         print(text, end="")
-        _print_brief(advice)
+        _print_brief(advice, leaves_fp8_off(advice, config_format, predictor))
         return
-    _print_report(advice)
+    _print_report(advice, leaves_fp8_off(advice, config_format, predictor))
     _print_in_context(advice)
     _print_step(step, advice)
     if output is not None:
@@ -321,7 +322,7 @@ def _print_legend(provenances: Iterable[str | None]) -> None:
         console.print(Text(_LEGEND, style="dim"))
 
 
-def _print_brief(advice: Advice) -> None:
+def _print_brief(advice: Advice, fp8_off: bool) -> None:
     err_console.print(
         f"{advice.recipe.value} with profile {advice.profile_name}: "
         f"{len(advice.convert_fqns)} layers to float8, "
@@ -329,13 +330,13 @@ def _print_brief(advice: Advice) -> None:
         f"{advice.proof_line()}",
         soft_wrap=True,
     )
-    if not advice.convert_fqns:
+    if fp8_off:
         err_console.print(Text("nothing is worth converting: the config leaves FP8 off", style="yellow"))
     for warning in advice.warnings:
         err_console.print(Text("warning: ", style="yellow") + Text(warning), soft_wrap=True)
 
 
-def _print_report(advice: Advice) -> None:
+def _print_report(advice: Advice, fp8_off: bool) -> None:
     console.print(
         Text(f"{advice.target}", style="bold")
         + Text(f"  batch {advice.batch} x seq {advice.seq} = {advice.batch * advice.seq} tokens per step")
@@ -447,7 +448,7 @@ def _print_report(advice: Advice) -> None:
     )
     console.print(json.dumps(list(fl.entries)), markup=False, highlight=False, soft_wrap=True)
     console.print(Text(advice.proof_line(), style="green" if fl.exact else "yellow"), soft_wrap=True)
-    if not advice.convert_fqns:
+    if fp8_off:
         console.print(
             Text("nothing is worth converting: the configs --format writes leave FP8 off", style="yellow")
         )
