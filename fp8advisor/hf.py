@@ -10,7 +10,6 @@ runs a model from a config, and together they cost more than torch itself.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
@@ -24,9 +23,6 @@ from fp8advisor.errors import TargetError
 #: them; while `light_imports` is open the answer is no, and the modules imported then keep that answer: in
 #: this process transformers can then neither load a torchao-quantized checkpoint nor shard a model itself.
 UNUSED_PACKAGES = ("torchao", "scipy", "torch_distributed")
-
-#: A config never needs the Hub (a Hub id is fetched before, by `fp8advisor.hub`): transformers stays offline.
-_OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 
 
 def import_transformers() -> ModuleType:
@@ -43,8 +39,10 @@ def import_transformers() -> ModuleType:
 @contextlib.contextmanager
 def light_imports() -> Iterator[None]:
     """While open: transformers imports its modules without the optional packages in `UNUSED_PACKAGES`
-    nor torch._dynamo (`compat.dynamo_deferred`), and offline. Build the model after it closes."""
-    with _environment(_OFFLINE_ENV), compat.dynamo_deferred(), _unavailable(UNUSED_PACKAGES):
+    nor torch._dynamo (`compat.dynamo_deferred`). Build the model after it closes. The Hub is never asked:
+    the config is read with `local_files_only` (no environment variable is set: huggingface_hub reads
+    HF_HUB_OFFLINE once, when first imported, and would stay offline for the whole process)."""
+    with compat.dynamo_deferred(), _unavailable(UNUSED_PACKAGES):
         yield
 
 
@@ -53,20 +51,10 @@ def import_model_classes(transformers: ModuleType, config: Any) -> None:
     (inside `light_imports`); a config they do not know is left for `from_config` to report."""
     for mapping in (transformers.MODEL_FOR_CAUSAL_LM_MAPPING, transformers.MODEL_MAPPING):
         if type(config) in mapping:
-            mapping[type(config)]
-
-
-@contextlib.contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    """Set the variables that are not set, for the duration only."""
-    added = [name for name in values if name not in os.environ]
-    try:
-        for name in added:
-            os.environ[name] = values[name]
-        yield
-    finally:
-        for name in added:
-            os.environ.pop(name, None)
+            try:
+                mapping[type(config)]
+            except Exception:  # a module needing what light_imports withholds: from_config imports it whole
+                return
 
 
 @contextlib.contextmanager

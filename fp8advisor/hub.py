@@ -46,8 +46,9 @@ def fetch_config(repo_id: str, revision: str | None = None) -> Path:
         )
     except ImportError:
         raise TargetError(
-            f"reading the Hugging Face Hub id {quote(repo_id)} needs the huggingface_hub package",
-            hint="pip install 'fp8advisor[hf]'",
+            f"no local path {quote(repo_id if revision is None else f'{repo_id}@{revision}')}; as a Hugging "
+            "Face Hub id it needs the huggingface_hub package",
+            hint="check the path, or pip install 'fp8advisor[hf]' for a Hub id",
         ) from None
     # huggingface_hub < 1.0 has no RemoteEntryNotFoundError: its EntryNotFoundError is the remote one there.
     RemoteEntryNotFoundError = getattr(errors, "RemoteEntryNotFoundError", errors.EntryNotFoundError)

@@ -292,23 +292,53 @@ def test_building_from_a_hub_id_imports_neither_dynamo_nor_torchao_nor_scipy(tmp
     }
 
 
-def test_building_from_a_config_leaves_the_environment_as_it_was(monkeypatch):
-    """transformers runs offline while it reads a config; the process's variables are not changed for good
-    (a Hub id given later in the same process must still be fetched)."""
-    from fp8advisor.target import load_model
+def test_building_from_a_config_leaves_the_hub_online():
+    """Reading a local config never turns the Hub off for the rest of the process (huggingface_hub reads
+    HF_HUB_OFFLINE once, at its first import): a Hub id given later in the same process is still fetched."""
+    code = (
+        "from fp8advisor.target import load_model; import sys; load_model(sys.argv[1], 'meta'); "
+        "from huggingface_hub import constants; print(constants.HF_HUB_OFFLINE)"
+    )
+    env = {key: value for key, value in os.environ.items() if not key.endswith("_OFFLINE")}
+    env["PYTHONPATH"] = str(Path(__file__).parents[1])
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(MODELS_DIR / "tiny_llama_hf")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "False"
 
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    seen = {}
 
-    def from_pretrained(*args, **kwargs):
-        seen["offline"] = (os.environ.get("HF_HUB_OFFLINE"), os.environ.get("TRANSFORMERS_OFFLINE"))
-        return real(*args, **kwargs)
-
+def test_a_model_module_that_needs_a_withheld_package_is_imported_whole(monkeypatch):
+    """transformers' model module failing to import without torchao/scipy/... is no error of the user's: the
+    light import gives up and from_config imports it whole."""
     import transformers
 
-    real = transformers.AutoConfig.from_pretrained
-    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", from_pretrained)
-    load_model(str(MODELS_DIR / "tiny_llama_hf"), "meta")
-    assert seen["offline"] == ("1", "1")
-    assert "HF_HUB_OFFLINE" not in os.environ and "TRANSFORMERS_OFFLINE" not in os.environ
+    from fp8advisor import hf
+    from fp8advisor.target import load_model
+
+    config = transformers.LlamaConfig()
+
+    class Failing(dict):
+        def __getitem__(self, key):
+            raise ImportError("needs scipy")
+
+    monkeypatch.setattr(transformers, "MODEL_FOR_CAUSAL_LM_MAPPING", Failing({type(config): None}))
+    hf.import_model_classes(transformers, config)  # no error
+    monkeypatch.undo()
+    assert load_model(str(MODELS_DIR / "tiny_llama_hf"), "meta").built_by.startswith("AutoModelForCausalLM")
+
+
+def test_without_huggingface_hub_a_missing_path_is_said_first(monkeypatch, tmp_path):
+    """A mistyped folder on a machine without huggingface_hub: the message leads with the path."""
+    monkeypatch.chdir(tmp_path)
+    for name in [name for name in sys.modules if name.split(".")[0] == "huggingface_hub"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import fails
+    with pytest.raises(TargetError) as raised:
+        parse_target("mymodels/llama")
+    assert raised.value.message.startswith("no local path 'mymodels/llama'"), raised.value.message
+    assert "pip install 'fp8advisor[hf]'" in raised.value.hint

@@ -50,6 +50,10 @@ def bench_model(
     if not emulate:
         require_fp8_gpu()
     choice = select_profile(profile)
+    # Every unit is compiled: torch._dynamo imported first, so that a Hugging Face model's modules are
+    # imported with its real decorators, not with the stand-ins of compat.dynamo_deferred (no-op then).
+    import torch._dynamo  # noqa: F401
+
     with err_console.status(f"inspecting {target} ..."):
         discovery = discover_blocks(load_model(target, "meta"), batch=batch, seq=seq)
     seeds = seed_sets(discovery, chosen_recipes, choice)
