@@ -54,6 +54,7 @@ from fp8advisor import __version__, megatron, titan
 from fp8advisor.advise import DEFAULT_MIN_SPEEDUP, Advice, Predictor
 from fp8advisor.errors import ConfigError
 from fp8advisor.files import GENERATED_MARK, write_atomic
+from fp8advisor.filters import entries_matching_nothing
 from fp8advisor.formats import CHECK_PREFIX, ConfigFormat, parse_format
 from fp8advisor.profile import weakest_provenance
 from fp8advisor.recipes import Recipe
@@ -269,8 +270,7 @@ def _torchtitan_toml(advice: Advice, header: list[str]) -> str:
 
 def unmatched_filter_entries(advice: Advice) -> list[str]:
     """The filter_fqns entries that name no Linear of the model (torchtitan's substring rule)."""
-    linear = advice.linear_fqns
-    return [entry for entry in advice.filter_fqns if not any(entry in fqn for fqn in linear)]
+    return entries_matching_nothing(advice.filter_fqns, advice.linear_fqns)
 
 
 def format_warnings(advice: Advice, fmt: ConfigFormat | str) -> list[str]:

@@ -54,10 +54,18 @@ def matches_filter(fqn: str, filter_fqns: Iterable[str]) -> bool:
     return any(entry in fqn for entry in filter_fqns)
 
 
+def entries_matching_nothing(filter_fqns: Iterable[str], fqns: Iterable[str]) -> list[str]:
+    """The entries of `filter_fqns` that are a substring of none of `fqns`: an entry that keeps nothing."""
+    fqns = list(fqns)
+    return [entry for entry in filter_fqns if not any(entry in fqn for fqn in fqns)]
+
+
 def auto_filter_keeps(recipe: Recipe | str, K: int, N: int) -> bool:
     """The size thresholds of torchao's `_auto_filter_for_recipe` (torchao 0.18): True = keep bf16.
 
-    A pure copy for simulation and tests; the advice's comparison calls torchao's real function instead.
+    A pure copy, pinned to torchao's own function by a test: simulation, tests, and the advice's comparison
+    when the installed torchao is the release it was read from (`compat.auto_filter_copy_matches_installed`;
+    any other release: torchao's real function).
     rowwise_with_gw_hp raises NotImplementedError in torchao, and here too.
     """
     recipe = Recipe(recipe)
@@ -615,6 +623,7 @@ __all__ = [
     "auto_filter_keeps",
     "converted_by_framework",
     "dims_divisible_by_16",
+    "entries_matching_nothing",
     "matches_filter",
     "parse_framework",
     "shortest_exact_filter",

@@ -59,6 +59,7 @@ from fp8advisor import compat
 from fp8advisor.configs import AUTO_FILTER_FLAG, FrameworkConfig, read_config
 from fp8advisor.device import MIN_FP8_CAPABILITY
 from fp8advisor.errors import AdvisorError, TargetError
+from fp8advisor.filters import entries_matching_nothing
 from fp8advisor.layers import LayerStatus, ModelLayers, block_shape
 from fp8advisor.recipes import Recipe, float8_config, parse_recipe, sqnr_db
 
@@ -591,7 +592,7 @@ def _execution_device() -> _Device:
 def _unused_entries(config: FrameworkConfig, linear_fqns: Sequence[str]) -> list[str]:
     """Filter entries (or names in a Python filter's literal set) that are a substring of no nn.Linear FQN."""
     entries = [entry for entry in (config.filter_fqns or ()) if entry != AUTO_FILTER_FLAG]
-    return [entry for entry in entries if not any(entry in fqn for fqn in linear_fqns)]
+    return entries_matching_nothing(entries, linear_fqns)
 
 
 @dataclass(frozen=True)
