@@ -82,3 +82,24 @@ def test_gpu_bench_without_triton_names_the_extra(tmp_path, monkeypatch):
     assert result.exit_code == 2, result.output
     assert "needs triton" in result.output and "pip install 'fp8advisor[bench]'" in result.output
     assert not out.exists() or not list(out.iterdir())  # nothing measured, nothing written
+
+
+def test_the_install_asks_for_triton_only_through_the_bench_extra():
+    """`pip install fp8advisor` resolves no triton of its own (the run above shows the commands work
+    without it); `[bench]` and `[test]` bring it."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["project"]
+
+    def names(requirements: list[str]) -> set[str]:
+        return {Requirement(requirement).name for requirement in requirements}
+
+    assert "triton" not in names(project["dependencies"])
+    extras = project["optional-dependencies"]
+    assert "triton" in names(extras["bench"]) and "triton" in names(extras["test"])
+    assert all("triton" not in names(extras[name]) for name in ("hf", "plot", "torchtitan"))
