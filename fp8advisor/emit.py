@@ -204,6 +204,13 @@ def check_format_recipe(fmt: ConfigFormat, recipe: Recipe | str) -> None:
         megatron.check_recipe(recipe)
 
 
+def what_the_file_does(advice: Advice, fmt: ConfigFormat, predictor: Predictor | None = None) -> str:
+    """The header line saying what the file of `fmt` converts (or why it leaves FP8 off), for the terminal."""
+    if fmt is ConfigFormat.MEGATRON:
+        return _megatron_what(megatron.plan(advice, predictor))
+    return _what_it_converts(advice, fmt)
+
+
 def leaves_fp8_off(advice: Advice, fmt: ConfigFormat | None, predictor: Predictor | None = None) -> bool:
     """Whether the file of `fmt` trains nothing in float8: the advice converts nothing, or (megatron, whose
     fused GEMMs are decided as one) the plan puts no module in float8. No format: the advice alone."""
@@ -493,18 +500,21 @@ def _wrapped(text: str, indent: str = "  ") -> list[str]:
     return textwrap.wrap(text, width=106, subsequent_indent=indent, break_on_hyphens=False)
 
 
+def _megatron_what(plan: megatron.MegatronPlan) -> str:
+    return (
+        f"{len(plan.float8_names)} of the {len(plan.modules)} Transformer Engine linear modules in float8: "
+        "Megatron's first-match glob rule, applied to every one of their names, selects exactly those"
+    )
+
+
 def _megatron(advice: Advice, request: Request, predictor: Predictor | None) -> str:
     plan = megatron.plan(advice, predictor)
     recipe = advice.recipe
     document = megatron.precision_config(plan, recipe)
     megatron.check_selects_exactly(plan, document)  # Megatron's first-match rule, on every TE module name
     positional = megatron.positional_flags(plan)
-    n_float8, n_modules = len(plan.float8_names), len(plan.modules)
-    what = (
-        f"{n_float8} of the {n_modules} Transformer Engine linear modules in float8: Megatron's first-match "
-        "glob rule, applied to every one of their names, selects exactly those"
-    )
-    header = header_lines(advice, request, ConfigFormat.MEGATRON, what=what)
+    n_float8 = len(plan.float8_names)
+    header = header_lines(advice, request, ConfigFormat.MEGATRON, what=_megatron_what(plan))
     fused = [m for m in plan.modules if m.fused]
     disagree = [m for m in fused if any(part.convert != m.float8 for part in m.parts)]
     if n_float8:
@@ -741,6 +751,7 @@ __all__ = [
     "check_format_recipe",
     "fp8_off_reason",
     "leaves_fp8_off",
+    "what_the_file_does",
     "format_warnings",
     "header_lines",
     "parse_format",

@@ -366,3 +366,12 @@ def test_seq_longer_than_the_model_takes_is_a_suggest_warning(fake_world, monkey
     )
     warnings = json.loads(_run("llama80.py", "--seq", "4096", "--json").stdout)["warnings"]
     assert not any("maximum positions" in w for w in warnings)
+
+
+def test_the_brief_says_what_the_written_file_does(fake_world):
+    """Config on stdout: the terminal line names what that file converts, in its framework's terms."""
+    megatron = _run("llama80.py", "--format", "megatron")
+    brief = " ".join(megatron.stderr.split())
+    assert "Transformer Engine linear modules in float8" in brief and "substring rule" not in brief
+    nemo = " ".join(_run("llama80.py", "--recipe", "rowwise", "--format", "nemo-automodel").stderr.split())
+    assert "the file: filter_fqns simulated: converts exactly the" in nemo

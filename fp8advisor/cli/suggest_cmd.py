@@ -25,6 +25,7 @@ from fp8advisor.emit import (
     pinned_command,
     read_committed,
     render,
+    what_the_file_does,
     write,
 )
 from fp8advisor.errors import AdvisorError
@@ -219,7 +220,11 @@ def suggest(
     if config_format is not None and output is None:
         # stdout holds the config alone, ready to pipe; the people's part goes to stderr
         print(text, end="")
-        _print_brief(advice, leaves_fp8_off(advice, config_format, predictor))
+        _print_brief(
+            advice,
+            what_the_file_does(advice, config_format, predictor),
+            leaves_fp8_off(advice, config_format, predictor),
+        )
         return
     _print_report(advice, leaves_fp8_off(advice, config_format, predictor))
     _print_in_context(advice)
@@ -322,12 +327,14 @@ def _print_legend(provenances: Iterable[str | None]) -> None:
         console.print(Text(_LEGEND, style="dim"))
 
 
-def _print_brief(advice: Advice, fp8_off: bool) -> None:
+def _print_brief(advice: Advice, what_the_file_does: str, fp8_off: bool) -> None:
+    """The terminal's part when the config goes to stdout: the advice in one line, and what the file does
+    (the line of its header: for megatron, its own module count, not the substring simulation)."""
     err_console.print(
         f"{advice.recipe.value} with profile {advice.profile_name}: "
-        f"{len(advice.convert_fqns)} layers to float8, "
+        f"{len(advice.convert_fqns)} layers advised for float8, "
         f"predicted Linear-time speedup {_speedup(advice.strategy('advice').predicted_speedup)}; "
-        f"{advice.proof_line()}",
+        f"the file: {what_the_file_does}",
         soft_wrap=True,
     )
     if fp8_off:
