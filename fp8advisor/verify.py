@@ -62,6 +62,7 @@ from fp8advisor.errors import AdvisorError, TargetError
 from fp8advisor.filters import entries_matching_nothing
 from fp8advisor.layers import LayerStatus, ModelLayers, block_shape
 from fp8advisor.recipes import Recipe, float8_config, parse_recipe, sqnr_db
+from fp8advisor.target import TargetSpec
 
 #: A layer whose float8 output or input-gradient SQNR is below this is flagged (see the module docstring).
 SQNR_THRESHOLD_DB = 15.0
@@ -738,7 +739,7 @@ def verify(
     run_tokens = max(16, min(run_seq, seq) // 16 * 16)
     with _one_cpu_thread(device):
         step = _run_step(
-            target,
+            meta.spec,  # parsed once: a Hub id is not looked up again
             config,
             shapes_model,
             linear_layers,
@@ -891,7 +892,7 @@ class _Step:
 
 
 def _run_step(
-    target: str,
+    spec: TargetSpec,
     config: FrameworkConfig,
     shapes_model: nn.Module,
     linear_layers: Sequence,
@@ -903,7 +904,7 @@ def _run_step(
 ) -> _Step:
     """The model built for real by its own code when it has at most `real_model_max_parameters`, else (or
     when that fails) its shadow; one forward and backward of each (module docstring)."""
-    from fp8advisor.target import describe_error, parse_target, running_user_code
+    from fp8advisor.target import describe_error, running_user_code
 
     recipe = config.recipe
     assert recipe is not None
@@ -912,13 +913,12 @@ def _run_step(
     notes: list[str] = []
     ran = None
     if parameter_count <= real_model_max_parameters:
-        spec = parse_target(target)
         try:
             with running_user_code(
                 spec.path if spec.kind == "python" else None, "running the model for real"
             ):
                 bf16_model, float8_model, args, kwargs = _real_models(
-                    target,
+                    spec,
                     config,
                     recipe,
                     device.device,
@@ -1147,7 +1147,7 @@ class _RealRunUnavailable(Exception):
 
 
 def _real_models(
-    target: str,
+    spec: TargetSpec,
     config: FrameworkConfig,
     recipe: Recipe,
     device: torch.device,
@@ -1160,7 +1160,7 @@ def _real_models(
     from fp8advisor.target import load_model, make_example_inputs
 
     torch.manual_seed(seed)
-    loaded = load_model(target, device)
+    loaded = load_model(spec, device)
     model = loaded.model.to(dtype=torch.bfloat16)
     model.train()
     bf16_model = copy.deepcopy(model)

@@ -342,3 +342,17 @@ def test_without_huggingface_hub_a_missing_path_is_said_first(monkeypatch, tmp_p
         parse_target("mymodels/llama")
     assert raised.value.message.startswith("no local path 'mymodels/llama'"), raised.value.message
     assert "pip install 'fp8advisor[hf]'" in raised.value.hint
+
+
+def test_verify_looks_a_hub_id_up_once(hub_cache, requested, tmp_path):
+    """verify builds the model twice (on meta, then for real): the id is parsed, and looked up, once."""
+    tiny = json.loads((MODELS_DIR / "tiny_llama_hf" / "config.json").read_text())
+    _cache_repo(Path(constants.HF_HUB_CACHE), "org/tiny-llama", tiny)
+    config = tmp_path / "fp8.toml"
+    written = _run("suggest", "org/tiny-llama", "--seq", "256", "-o", str(config))
+    assert written.exit_code == 0, written.output
+    requested.clear()
+    result = _run("verify", "org/tiny-llama", "--config", str(config), "--json")
+    assert result.exit_code in (0, 1), result.output  # the verdict is not the point here
+    assert json.loads(result.stdout)["execution"]["mode"] == "model"  # built for real too
+    assert requested == [("org/tiny-llama", "config.json", None)]
