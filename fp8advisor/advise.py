@@ -108,6 +108,51 @@ class LayerAdvice:
 
 
 @dataclass(frozen=True)
+class ExpertAdvice:
+    """The decision for one group of routed experts (`layers.ExpertGroup`): they convert together.
+
+    `predicted_speedup` is the grouped GEMMs' forward+backward speedup under balanced routing;
+    `speedup_range` (low, high) under the `--expert-imbalance` the user stated (None: balanced only).
+    Times are summed over the group's GEMMs at M_total rows.
+    """
+
+    group: str  # ExpertGroup.fqn
+    form: str  # ExpertForm value
+    members: tuple[str, ...]  # the FQNs that convert together (3-D parameters, or every expert's Linear)
+    n_experts: int
+    top_k: int | None
+    M_per_expert: float | None
+    convert: bool
+    reason: str
+    recipe: str | None = None  # the grouped recipe the figures are for (torchao's grouped float8 is rowwise)
+    predicted_speedup: float | None = None
+    speedup_range: tuple[float, float] | None = None
+    bf16_time_s: float = 0.0
+    float8_time_s: float = 0.0
+    provenance: str | None = None  # "modelled" until a measured grouped profile exists
+    how: str | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "group": self.group,
+            "form": self.form,
+            "members": list(self.members),
+            "E": self.n_experts,
+            "top_k": self.top_k,
+            "M_per_expert": None if self.M_per_expert is None else round(self.M_per_expert, 3),
+            "convert": self.convert,
+            "reason": self.reason,
+            "recipe": self.recipe,
+            "predicted_speedup": None if self.predicted_speedup is None else round(self.predicted_speedup, 4),
+            "speedup_range": [round(v, 4) for v in self.speedup_range] if self.speedup_range else None,
+            "bf16_time_s": float(f"{self.bf16_time_s:.6g}"),
+            "float8_time_s": float(f"{self.float8_time_s:.6g}"),
+            "provenance": self.provenance,
+            "how": self.how,
+        }
+
+
+@dataclass(frozen=True)
 class Strategy:
     """One way of choosing layers, and its predicted Linear-time speedup over all-bf16 (None: unavailable)."""
 
@@ -170,6 +215,13 @@ class Advice:
     in_context: Any = None  # the in-context results that decided some layers (measured.InContext), if any
     #: The decisions the profile alone would have made for the layers decided in context: FQN -> convert.
     profile_decisions: Mapping[str, bool] = field(default_factory=dict)
+    #: One decision per group of routed experts (MoE), in module order; empty for a dense model.
+    experts: tuple[ExpertAdvice, ...] = ()
+
+    @property
+    def converted_expert_groups(self) -> tuple[ExpertAdvice, ...]:
+        """The expert groups advised to run in float8 (through the framework's grouped-experts converter)."""
+        return tuple(group for group in self.experts if group.convert)
 
     @property
     def convert_fqns(self) -> tuple[str, ...]:
@@ -254,6 +306,7 @@ class Advice:
             },
             "prediction_error": self.prediction_error.to_json() if self.prediction_error else None,
             "in_context": self._in_context_json(),
+            "experts": [group.to_json() for group in self.experts],
             "warnings": list(self.warnings),
             "notes": list(self.notes),
         }

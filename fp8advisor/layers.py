@@ -45,6 +45,7 @@ class GemmLayer:
     is_linear: bool = True  # isinstance(module, nn.Linear): float8 conversion would swap it
     tied_to: str | None = None  # FQN whose weight this layer shares
     aliases: tuple[str, ...] = ()  # other names the same module is registered under
+    expert_group: str | None = None  # the ExpertGroup.fqn this layer is one GEMM of (routed experts)
 
     @property
     def calls(self) -> int:
@@ -74,6 +75,78 @@ class GemmLayer:
             "is_linear": self.is_linear,
             "tied_to": self.tied_to,
             "aliases": list(self.aliases),
+            "expert_group": self.expert_group,
+        }
+
+
+class ExpertForm(str, Enum):
+    GROUPED = "grouped"  # 3-D weights (E, K, N) run through torch._grouped_mm or bmm
+    LINEAR_LIST = "linear_list"  # a ModuleList of E expert modules of nn.Linear, dispatched one by one
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class ExpertGemm:
+    """One GEMM every expert of a group runs (w1, w2, w3 / gate_up_proj, down_proj): K x N per expert."""
+
+    name: str  # inside one expert: the 3-D parameter ("w1") or the Linear of expert 0 ("w1", "0.w1" form)
+    K: int
+    N: int
+    fqns: tuple[str, ...]  # the GemmLayer FQNs that are this GEMM (one 3-D parameter, or E Linears)
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "K": self.K, "N": self.N, "fqns": list(self.fqns)}
+
+
+@dataclass(frozen=True)
+class ExpertGroup:
+    """The routed experts of one MoE layer: E experts whose GEMMs float8 converts (or not) together.
+
+    Under balanced routing each expert multiplies `M_per_expert` = tokens x top_k / E rows; `M_total` =
+    tokens x top_k rows pass through each GEMM of the group. The router and shared experts are not members:
+    the router is never converted (N = E is small); shared experts are dense Linears decided one by one.
+    """
+
+    fqn: str  # the module holding the experts: "layers.3.moe.experts"
+    cls: str  # its class name
+    form: ExpertForm
+    n_experts: int  # E
+    top_k: int | None  # experts per token, where the router shows it; None: unknown
+    top_k_source: str  # where top_k was read ("layers.3.moe.router.top_k"), or why it is unknown
+    tokens: int  # rows entering the MoE layer (batch x seq)
+    M_total: int | None  # rows through each grouped GEMM per step (traced, or tokens x top_k); None: unknown
+    gemms: tuple[ExpertGemm, ...]
+    router: str | None = None  # FQN of the router's GEMM layer (never converted)
+    shared: tuple[str, ...] = ()  # FQNs of the shared experts' Linear layers (dense, decided one by one)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def M_per_expert(self) -> float | None:
+        """Rows each expert multiplies under balanced routing; None when M_total is unknown."""
+        return None if self.M_total is None else self.M_total / self.n_experts
+
+    @property
+    def member_fqns(self) -> tuple[str, ...]:
+        return tuple(fqn for gemm in self.gemms for fqn in gemm.fqns)
+
+    def to_json(self) -> dict:
+        per_expert = self.M_per_expert
+        return {
+            "fqn": self.fqn,
+            "class": self.cls,
+            "form": self.form.value,
+            "E": self.n_experts,
+            "top_k": self.top_k,
+            "top_k_source": self.top_k_source,
+            "tokens": self.tokens,
+            "M_total": self.M_total,
+            "M_per_expert": None if per_expert is None else round(per_expert, 3),
+            "gemms": [gemm.to_json() for gemm in self.gemms],
+            "router": self.router,
+            "shared": list(self.shared),
+            "notes": list(self.notes),
         }
 
 
@@ -93,6 +166,8 @@ class ModelLayers:
     parameter_count: int = 0
     #: the longest sequence the model says it takes, and where it says so (`max_positions`); None: unknown
     max_positions: tuple[int, str] | None = None
+    #: the routed experts of each MoE layer, in module order (empty for a dense model)
+    expert_groups: tuple[ExpertGroup, ...] = ()
 
     @property
     def seq_warning(self) -> str | None:
@@ -124,6 +199,7 @@ class ModelLayers:
             "census": self.census.to_json() if self.census is not None else None,
             "parameter_count": self.parameter_count,
             "max_positions": None if self.max_positions is None else self.max_positions[0],
+            "expert_groups": [group.to_json() for group in self.expert_groups],
         }
 
 

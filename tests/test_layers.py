@@ -71,6 +71,7 @@ def test_llama3_70b_json_round_trip(llama70b):
         "is_linear": True,
         "tied_to": None,
         "aliases": [],
+        "expert_group": None,
     }
 
 
