@@ -53,7 +53,7 @@ import itertools
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -554,6 +554,48 @@ def worker_memory_budget(workers: int) -> float:
     return max(free * 0.85 - workers * context_bytes, free * 0.25)
 
 
+# --- what a sweep measures ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What `run_sweep` measures at each point, so that one sweep machinery (order, batches, pre-compiling
+    workers, time budget, resume, results files) serves every workload: this module's Linear block and the
+    grouped expert GEMMs of `fp8advisor.grouped_bench`.
+
+    `shape_bench(shape, settings)` builds the tensors of one shape, shared by its configurations: an object
+    with `measure(recipe) -> Measurement` and `release()`. `record` makes a point's results line (the
+    signature of `point_record`); `precompile(point, settings)` warms a worker's caches (a module-level
+    function: spawned workers receive it by name). `ceilings`: measure the device's matmul rates and bandwidth
+    into the run header (GPU, with `BenchSettings.breakdown`)."""
+
+    name: str
+    gpu_method: Mapping[str, object]
+    emulated_method: Mapping[str, object]
+    shape_bench: Callable[[tuple, BenchSettings], object]
+    record: Callable[..., dict]
+    precompile: Callable[[object, BenchSettings], str | None]
+    ceilings: bool = True
+
+    def method(self, emulate: bool) -> dict:
+        return dict(self.emulated_method if emulate else self.gpu_method)
+
+
+def _linear_shape_bench(shape: tuple[int, int, int], settings: BenchSettings) -> ShapeBench:
+    return ShapeBench(*shape, settings)  # looked up at call time: tests replace ShapeBench
+
+
+#: torchao's LayerNorm -> Linear -> Sigmoid block (this module).
+LINEAR = Workload(
+    name="linear",
+    gpu_method=GPU_METHOD,
+    emulated_method=EMULATED_METHOD,
+    shape_bench=_linear_shape_bench,
+    record=point_record,
+    precompile=precompile_point,
+)
+
+
 # --- the sweep ----------------------------------------------------------------------------------------------
 
 
@@ -632,10 +674,12 @@ def run_sweep(
     clock: Callable[[], float] = time.monotonic,
     on_progress: ProgressCallback | None = None,
     on_point: Callable[[dict], None] | None = None,
+    workload: Workload = LINEAR,
 ) -> SweepSummary:
     """Measure every point of `grid` (or of its `shard`) not already in `out_dir` (resume), appending each to
-    a new run file; with `time_budget_s`, stop before a point that would not finish inside the budget,
-    counted from `started` (a `clock` reading; default: now).
+    a new run file (`workload`: what a point is; torchao's Linear block by default); with `time_budget_s`,
+    stop before a point that would not finish inside the budget, counted from `started` (a `clock` reading;
+    default: now).
 
     Raises `DeviceError` without an FP8-capable GPU (unless emulating), `AdvisorError` when `out_dir` cannot
     be written or another sweep is writing to it (`DirectoryLock`), and `SweepInterrupted` on Ctrl-C.
@@ -649,10 +693,14 @@ def run_sweep(
     check_output_directory(out_dir)
     # One sweep per directory at a time: two would both measure the points neither has saved yet.
     with DirectoryLock(out_dir, what="bench"):
-        return _run_locked(grid, out_dir, settings, shard, time_budget_s, budget, on_progress, on_point)
+        return _run_locked(
+            grid, out_dir, settings, shard, time_budget_s, budget, on_progress, on_point, workload
+        )
 
 
-def _run_locked(grid, out_dir, settings, shard, time_budget_s, budget, on_progress, on_point) -> SweepSummary:
+def _run_locked(
+    grid, out_dir, settings, shard, time_budget_s, budget, on_progress, on_point, workload
+) -> SweepSummary:
     """`run_sweep`'s work, with `out_dir` locked: read what is saved, measure the rest into a new run file."""
     from fp8advisor.device import describe_device, software_versions
 
@@ -662,7 +710,7 @@ def _run_locked(grid, out_dir, settings, shard, time_budget_s, budget, on_progre
         started=results_store.utc_now(),
         device=describe_device(emulate=settings.emulate),
         software=software_versions(),
-        method=EMULATED_METHOD if settings.emulate else GPU_METHOD,
+        method=workload.method(settings.emulate),
         grid=grid.to_json(),
         shard=shard.to_json() if shard else None,
         time_budget_s=time_budget_s,
@@ -689,7 +737,7 @@ def _run_locked(grid, out_dir, settings, shard, time_budget_s, budget, on_progre
         return summary
 
     header["resumes"] = summary.resumed_from
-    if not settings.emulate and settings.breakdown:
+    if not settings.emulate and settings.breakdown and workload.ceilings:
         from fp8advisor_kernels.timing import measure_ceilings
 
         try:
@@ -703,7 +751,7 @@ def _run_locked(grid, out_dir, settings, shard, time_budget_s, budget, on_progre
     summary.path, summary.run_id = writer.path, header["run_id"]
     estimator = DurationEstimator()
     estimator.observe_records(point for run in earlier for point in run.points)
-    sweep = _Sweep(settings, header["run_id"], writer, summary, budget, estimator, progress, on_point)
+    sweep = _Sweep(settings, header["run_id"], writer, summary, budget, estimator, progress, on_point, workload)
     threads = _torch().get_num_threads()
     if settings.emulate:
         # One CPU thread, compile and timing alike: on a busy CPU, OpenMP barriers stall for tens of
@@ -727,8 +775,9 @@ def _run_locked(grid, out_dir, settings, shard, time_budget_s, budget, on_progre
 class _Sweep:
     """One run's loop over its pending points: batches of pre-compilation then measurement, under a budget."""
 
-    def __init__(self, settings, run_id, writer, summary, budget, estimator, progress, on_point):
+    def __init__(self, settings, run_id, writer, summary, budget, estimator, progress, on_point, workload):
         self.settings, self.run_id, self.writer, self.summary = settings, run_id, writer, summary
+        self.workload = workload
         self.budget, self.estimator, self.progress, self.on_point = budget, estimator, progress, on_point
         self.precompiler = None
         self.precompiled: dict[results_store.PointKey, str] = {}  # point key -> "ok" or why not
@@ -744,6 +793,7 @@ class _Sweep:
                 workers,
                 self.settings,
                 timeout_s=self.settings.compile_timeout_s,
+                task=self.workload.precompile,
                 memory_budget_bytes=None if self.settings.emulate else worker_memory_budget(workers),
                 clock=self.budget.clock,
             )
@@ -787,7 +837,7 @@ class _Sweep:
                     measurement = failure = None
                     try:
                         if bench is None:
-                            bench = ShapeBench(*shape, self.settings)
+                            bench = self.workload.shape_bench(shape, self.settings)
                         measurement = bench.measure(point.recipe)
                     except Exception as error:  # noqa: BLE001 - OOM, compile errors...: record it and go on
                         failure = failure_reason(error)
@@ -801,7 +851,7 @@ class _Sweep:
         return True
 
     def _record(self, point, measurement, failure, duration, precompiled) -> None:
-        record = point_record(
+        record = self.workload.record(
             self.run_id,
             point,
             emulated=self.settings.emulate,
@@ -826,6 +876,7 @@ class _Sweep:
 
 __all__ = [
     "GRIDS",
+    "LINEAR",
     "BenchPoint",
     "BenchSettings",
     "Grid",
@@ -839,4 +890,5 @@ __all__ = [
     "precompile_point",
     "run_sweep",
     "time_step",
+    "Workload",
 ]

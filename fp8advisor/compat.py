@@ -466,6 +466,44 @@ def compute_error(reference: Any, actual: Any) -> Any:
     return _require("torchao.float8.float8_utils", "compute_error")(reference, actual)
 
 
+# --- grouped expert GEMMs (bench --grouped) -----------------------------------------------------------------
+
+
+def grouped_mm() -> Callable:
+    """`torch._grouped_mm`, the bf16 grouped GEMM of MoE experts (torchtitan's GroupedExperts, transformers'
+    `integrations/moe.py`) and the baseline of torchao's moe_training benchmarks. torch exposes it under this
+    private name only. It runs on the CPU too (torch 2.13, forward and backward)."""
+    return _require("torch", "_grouped_mm")
+
+
+def fp8_rowwise_grouped_mm() -> Callable:
+    """torchao's differentiable float8 rowwise grouped GEMM
+    (`torchao.prototype.moe_training.fp8_grouped_mm._to_fp8_rowwise_then_scaled_grouped_mm`): dynamic rowwise
+    casts of A and B (Triton kernels), then `torch._scaled_grouped_mm`, forward and backward. It is what
+    `Float8TrainingOpConfig` (FP8_ROWWISE) dispatches every converted grouped GEMM to; torchao exports it only
+    under this private name. CUDA only (Triton casts, no CPU kernel)."""
+    return _require("torchao.prototype.moe_training.fp8_grouped_mm", "_to_fp8_rowwise_then_scaled_grouped_mm")
+
+
+def float8_grouped_training_config() -> Any:
+    """A default `torchao.prototype.moe_training.config.Float8TrainingOpConfig()`: the float8 dtype and output
+    dtype torchao's grouped GEMM conversion uses (e4m3fn, or e4m3fnuz on MI300; bf16 out). A prototype
+    module, so it is reached through here."""
+    return _require("torchao.prototype.moe_training.config", "Float8TrainingOpConfig")()
+
+
+def float8_scaling() -> types.SimpleNamespace:
+    """torchao's float8 scale arithmetic, for the emulated grouped GEMM: `tensor_to_scale`, `amax_to_scale`
+    and `to_fp8_saturated` (`torchao.float8.float8_utils`, a module torchao does not export) and the
+    `AXISWISE` granularity (`torchao.float8.config.ScalingGranularity`)."""
+    return types.SimpleNamespace(
+        tensor_to_scale=_require("torchao.float8.float8_utils", "tensor_to_scale"),
+        amax_to_scale=_require("torchao.float8.float8_utils", "amax_to_scale"),
+        to_fp8_saturated=_require("torchao.float8.float8_utils", "to_fp8_saturated"),
+        AXISWISE=_require("torchao.float8.config", "ScalingGranularity").AXISWISE,
+    )
+
+
 __all__ = [
     "AUTO_FILTER_COPIED_FROM",
     "CACHE_COUNTERS",
@@ -488,7 +526,11 @@ __all__ = [
     "dynamo_imported",
     "dynamo_reset",
     "eager_dispatch_mode",
+    "float8_grouped_training_config",
     "float8_linear",
+    "float8_scaling",
+    "fp8_rowwise_grouped_mm",
+    "grouped_mm",
     "float8_training_tensor",
     "installed_torchao_version",
     "is_device_record",

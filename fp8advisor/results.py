@@ -12,6 +12,11 @@ gives every point exactly once.
 
 Speedup of a float8 point = bf16 time / float8 time at the same (M, K, N), taken from the same run or from a
 run with identical device name and software versions (`pair_with_baseline`).
+
+Grouped expert GEMMs (`bench --grouped`, `fp8advisor.grouped_bench`) use the same files: the header's grid
+says `"workload": "grouped_mm"` and lists E, M_per_expert, K and N; each point says `"grouped": true` and is
+identified by (E, M_per_expert, K, N, recipe) (`point_key`); `pair_grouped_with_baseline` gives their
+speedups, and `pair_with_baseline` leaves grouped runs out.
 """
 
 from __future__ import annotations
@@ -33,8 +38,13 @@ from fp8advisor.recipes import BASELINE
 SCHEMA = "fp8advisor.results/1"
 RUN_FILE_GLOB = "run-*.jsonl"
 
-#: (M, K, N, recipe): the identity of a point within a run.
-PointKey = tuple[int, int, int, str]
+#: The identity of a point within a run: (M, K, N, recipe), or (E, M_per_expert, K, N, recipe) when grouped.
+PointKey = tuple
+
+#: The grid's `workload` of grouped expert GEMM runs (`bench --grouped`).
+GROUPED_WORKLOAD = "grouped_mm"
+#: The size fields of a grouped point, in key order.
+GROUPED_AXES = ("E", "M_per_expert", "K", "N")
 
 
 # --- names and times
@@ -77,18 +87,29 @@ def encode_line(record: dict) -> bytes:
     return (json.dumps(_json_safe(record), allow_nan=False) + "\n").encode("utf-8")
 
 
+def is_grouped(point: dict) -> bool:
+    """Whether a point record is a grouped expert GEMM point (`"grouped": true`)."""
+    return point.get("grouped") is True
+
+
 def point_key(point: dict) -> PointKey:
+    if is_grouped(point):
+        return (*(int(point[axis]) for axis in GROUPED_AXES), str(point["recipe"]))
     return (int(point["M"]), int(point["K"]), int(point["N"]), str(point["recipe"]))
 
 
 def grid_point_keys(grid: dict) -> frozenset[PointKey]:
-    """Every (M, K, N, recipe) a header's grid asks for: its `shapes` list, or the product of M, K and N."""
+    """Every point key a header's grid asks for: its `shapes` list, or the product of its axes (M, K, N; or
+    E, M_per_expert, K, N for a grouped grid), times its recipes."""
+    axes = GROUPED_AXES if grid.get("workload") == GROUPED_WORKLOAD else ("M", "K", "N")
     if grid.get("shapes") is not None:
         shapes = [tuple(shape) for shape in grid["shapes"]]
     else:
-        shapes = list(itertools.product(grid["M"], grid["K"], grid["N"]))
+        shapes = list(itertools.product(*(grid[axis] for axis in axes)))
+    if any(len(shape) != len(axes) for shape in shapes):
+        raise ValueError(f"a shape of this grid is not ({', '.join(axes)})")
     return frozenset(
-        (int(M), int(K), int(N), str(recipe)) for (M, K, N) in shapes for recipe in grid["recipes"]
+        (*(int(size) for size in shape), str(recipe)) for shape in shapes for recipe in grid["recipes"]
     )
 
 
@@ -126,6 +147,11 @@ class Run:
         return self.header.get("context") == "block"
 
     @property
+    def grouped(self) -> bool:
+        """A grouped expert GEMM run (`bench --grouped`)."""
+        return (self.header.get("grid") or {}).get("workload") == GROUPED_WORKLOAD
+
+    @property
     def run_id(self) -> str:
         return self.header["run_id"]
 
@@ -155,7 +181,7 @@ def _is_time(value) -> bool:
 def point_problem(record: dict) -> str | None:
     """Why a point record cannot be used (a missing or wrong key, a time that is NaN, infinite, negative or
     not a number), or None when it can. Failed points need only their identity and a status."""
-    for key in ("M", "K", "N"):
+    for key in GROUPED_AXES if is_grouped(record) else ("M", "K", "N"):
         if not _is_size(record.get(key)):
             return f"{key} is {quote(record.get(key))}, not a positive integer"
     if not isinstance(record.get("recipe"), str):
@@ -226,7 +252,7 @@ def _header_problem(header) -> str | None:
     try:
         grid_point_keys(grid)
     except (AttributeError, KeyError, TypeError, ValueError):
-        return "the header's grid is not a grid (M, K, N or shapes, and recipes)"
+        return "the header's grid is not a grid (M, K, N or E, M_per_expert, K, N, or shapes; and recipes)"
     return None
 
 
@@ -505,33 +531,28 @@ def _point_time(point: dict, basis: str) -> float | None:
     return wall.get("median")
 
 
-def pair_with_baseline(runs: Sequence[Run], *, basis: str = "auto") -> list[Speedup]:
-    """Speedup of every ok float8 point over the ok bf16 point of the same shape and setup.
-
-    `basis`: "kernel_time" (GPU kernel time, as torchao publishes), "wall_time_median", or "auto" (kernel
-    time where both points have one, else wall time, which is all an emulated run has). Runs are paired only
-    with runs of identical device name and software (`setup_key`); when a shape was measured more than once,
-    the later run wins.
-    Points without a baseline are left out, and so are points whose profiler session may have lost records
-    (`suspect_reason`), float8 or baseline. Sorted by recipe, M, K, N.
-    """
+def _paired(runs: Sequence[Run], basis: str, *, grouped: bool) -> list[tuple]:
+    """(key, float8 point, run, basis chosen, bf16 time, float8 time) of every ok float8 point over the ok
+    bf16 point of the same shape and setup, in the runs of one form (grouped or not): `pair_with_baseline`."""
     if basis not in ("auto", "kernel_time", "wall_time_median"):
         raise ValueError(f"unknown basis {basis!r}")
     baselines: dict[tuple, dict] = {}
     float8: dict[tuple, tuple[dict, Run]] = {}
     for run in runs:
+        if run.grouped != grouped:
+            continue
         setup = setup_key(run.header)
         for point in run.points:
-            if point.get("status") != "ok" or suspect_reason(point):
+            if point.get("status") != "ok" or suspect_reason(point) or is_grouped(point) != grouped:
                 continue
-            M, K, N, recipe = point_key(point)
+            *shape, recipe = point_key(point)
             if recipe == BASELINE:
-                baselines[(setup, M, K, N)] = point
+                baselines[(setup, *shape)] = point
             else:
-                float8[(setup, M, K, N, recipe)] = (point, run)
+                float8[(setup, *shape, recipe)] = (point, run)
     pairs = []
-    for (setup, M, K, N, recipe), (point, run) in float8.items():
-        baseline = baselines.get((setup, M, K, N))
+    for (setup, *key), (point, run) in float8.items():
+        baseline = baselines.get((setup, *key[:-1]))
         if baseline is None:
             continue
         chosen = basis
@@ -541,26 +562,92 @@ def pair_with_baseline(runs: Sequence[Run], *, basis: str = "auto") -> list[Spee
         bf16_time, float8_time = _point_time(baseline, chosen), _point_time(point, chosen)
         if not bf16_time or not float8_time:
             continue
-        pairs.append(
-            Speedup(
-                M=M,
-                K=K,
-                N=N,
-                recipe=recipe,
-                speedup=bf16_time / float8_time,
-                bf16_time_s=bf16_time,
-                float8_time_s=float8_time,
-                basis=chosen,
-                device_name=run.device_name,
-                emulated=run.emulated,
-                run_id=run.run_id,
-            )
+        pairs.append((tuple(key), point, run, chosen, bf16_time, float8_time))
+    return pairs
+
+
+def pair_with_baseline(runs: Sequence[Run], *, basis: str = "auto") -> list[Speedup]:
+    """Speedup of every ok float8 point over the ok bf16 point of the same shape and setup.
+
+    `basis`: "kernel_time" (GPU kernel time, as torchao publishes), "wall_time_median", or "auto" (kernel
+    time where both points have one, else wall time, which is all an emulated run has). Runs are paired only
+    with runs of identical device name and software (`setup_key`); when a shape was measured more than once,
+    the later run wins.
+    Points without a baseline are left out, and so are points whose profiler session may have lost records
+    (`suspect_reason`), float8 or baseline, and grouped runs (`pair_grouped_with_baseline`). Sorted by recipe,
+    M, K, N.
+    """
+    pairs = [
+        Speedup(
+            M=M,
+            K=K,
+            N=N,
+            recipe=recipe,
+            speedup=bf16_time / float8_time,
+            bf16_time_s=bf16_time,
+            float8_time_s=float8_time,
+            basis=chosen,
+            device_name=run.device_name,
+            emulated=run.emulated,
+            run_id=run.run_id,
         )
+        for (M, K, N, recipe), _, run, chosen, bf16_time, float8_time in _paired(runs, basis, grouped=False)
+    ]
     return sorted(pairs, key=lambda pair: (pair.recipe, pair.M, pair.K, pair.N))
 
 
+@dataclass(frozen=True)
+class GroupedSpeedup:
+    """A float8 grouped expert GEMM point set against its bf16 baseline (`torch._grouped_mm`)."""
+
+    E: int
+    M_per_expert: int
+    K: int
+    N: int
+    recipe: str
+    speedup: float
+    bf16_time_s: float
+    float8_time_s: float
+    basis: str
+    device_name: str
+    emulated: bool
+    run_id: str
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (self.E, self.M_per_expert, self.K, self.N)
+
+
+def pair_grouped_with_baseline(runs: Sequence[Run], *, basis: str = "auto") -> list[GroupedSpeedup]:
+    """`pair_with_baseline` for grouped runs: each ok float8 grouped point over the ok bf16 point of the same
+    (E, M_per_expert, K, N) and setup. Sorted by recipe, E, M_per_expert, K, N."""
+    pairs = [
+        GroupedSpeedup(
+            E=E,
+            M_per_expert=M_per_expert,
+            K=K,
+            N=N,
+            recipe=recipe,
+            speedup=bf16_time / float8_time,
+            bf16_time_s=bf16_time,
+            float8_time_s=float8_time,
+            basis=chosen,
+            device_name=run.device_name,
+            emulated=run.emulated,
+            run_id=run.run_id,
+        )
+        for (E, M_per_expert, K, N, recipe), _, run, chosen, bf16_time, float8_time in _paired(
+            runs, basis, grouped=True
+        )
+    ]
+    return sorted(pairs, key=lambda pair: (pair.recipe, *pair.shape))
+
+
 __all__ = [
+    "GROUPED_AXES",
+    "GROUPED_WORKLOAD",
     "SCHEMA",
+    "GroupedSpeedup",
     "PointKey",
     "Run",
     "RunWriter",
@@ -568,6 +655,8 @@ __all__ = [
     "done_keys",
     "encode_line",
     "grid_point_keys",
+    "is_grouped",
+    "pair_grouped_with_baseline",
     "block_problem",
     "choice_problem",
     "load_results",

@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -36,9 +37,9 @@ FINISH_RESERVE_S = 20.0
 FIRST_POINT_ESTIMATE_S = 60.0
 
 
-def shape_size(shape: tuple[int, int, int]) -> int:
-    M, K, N = shape
-    return M * K * N
+def shape_size(shape: tuple[int, ...]) -> int:
+    """The work of a shape: M*K*N for a Linear, E*M_per_expert*K*N for grouped expert GEMMs."""
+    return math.prod(shape)
 
 
 def sweep_order(points: Sequence) -> list:
