@@ -751,7 +751,9 @@ def _run_locked(
     summary.path, summary.run_id = writer.path, header["run_id"]
     estimator = DurationEstimator()
     estimator.observe_records(point for run in earlier for point in run.points)
-    sweep = _Sweep(settings, header["run_id"], writer, summary, budget, estimator, progress, on_point, workload)
+    sweep = _Sweep(
+        settings, header["run_id"], writer, summary, budget, estimator, progress, on_point, workload
+    )
     threads = _torch().get_num_threads()
     if settings.emulate:
         # One CPU thread, compile and timing alike: on a busy CPU, OpenMP barriers stall for tens of

@@ -77,8 +77,9 @@ WORKLOAD = (
 GPU_METHOD = {
     "workload": WORKLOAD,
     "compile": "torch.compile default mode of the grouped GEMM function, torch._dynamo.reset() before each "
-    "configuration; pre-compiled in worker processes (autotune_local_cache off); the point's compile record: "
-    "seconds of the first call in the timing process, with inductor FX-graph and AOTAutograd cache hits/misses",
+    "configuration; pre-compiled in worker processes (autotune_local_cache off); the point's compile "
+    "record: seconds of the first call in the timing process, with inductor FX-graph and AOTAutograd cache "
+    "hits/misses",
     "kernel_time": "torch.profiler: compile call + 2 warm-up, then 5 profiled iterations in one session "
     "padded with k+16 torch.cuda._sleep kernels (k-th session), sum of GPU kernel time, grad-accumulation "
     "add_/sum, syncs and Unrecognized rows dropped as torchao 0.18 float8_roofline.py (their time recorded)",
@@ -132,9 +133,13 @@ class GroupedPoint:
         return self.E * self.M_per_expert
 
     def estimated_peak_bytes(self) -> int:
-        """A generous estimate of the configuration's GPU memory (for the pre-compiling workers): bf16 A, weight
-        and output with their gradients and copies, plus float8 copies of each in both layouts."""
-        activations_in, weights, activations_out = self.rows * self.K, self.E * self.K * self.N, self.rows * self.N
+        """A generous estimate of the configuration's GPU memory (for the pre-compiling workers): bf16 A,
+        weight and output with their gradients and copies, plus float8 copies of each in both layouts."""
+        activations_in, weights, activations_out = (
+            self.rows * self.K,
+            self.E * self.K * self.N,
+            self.rows * self.N,
+        )
         bf16_bytes = 2 * (4 * activations_in + 3 * weights + 4 * activations_out)
         float8_bytes = 0 if self.recipe == BASELINE else 2 * (activations_in + weights + activations_out)
         return bf16_bytes + float8_bytes
@@ -235,8 +240,8 @@ def make_grouped_grid(
     """The named grouped grid (`default`, or `emulated` under --emulate), axes overridden where given (the
     product of the given values and the named grid's other axes, less the shapes `fits` leaves out).
 
-    Raises `AdvisorError` (exit 2) for an unknown grid, sizes that are not positive, K, N or M_per_expert not a
-    multiple of 16 (torchao's float8 grouped GEMM needs it), a recipe other than rowwise, or a grid left empty.
+    Raises `AdvisorError` (exit 2) for an unknown grid, sizes that are not positive, K, N or M_per_expert not
+    a multiple of 16 (torchao's float8 grouped GEMM needs it), a recipe other than rowwise, or an empty grid.
     """
     if name is None:
         name = "emulated" if emulate else "default"

@@ -90,6 +90,41 @@ def render_heatmaps(runs) -> None:
         console.print(Columns(tables, padding=(0, 2)))
 
 
+def render_grouped_speedups(runs) -> None:
+    """One table per recipe of the grouped points' speedups, a row per (E, M per expert, K, N)."""
+    from fp8advisor.report import format_speedup
+    from fp8advisor.results import pair_grouped_with_baseline
+
+    speedups = pair_grouped_with_baseline(runs)
+    if not speedups:
+        console.print("no float8 grouped point has a bf16 baseline yet: no table")
+        return
+    for recipe in sorted({speedup.recipe for speedup in speedups}):
+        rows = [speedup for speedup in speedups if speedup.recipe == recipe]
+        basis = ", ".join(sorted({speedup.basis for speedup in rows}))
+        table = Table(
+            title=f"grouped {recipe}: speedup over bf16 torch._grouped_mm ({basis})", title_justify="left"
+        )
+        for header in ("E", "M/expert", "K", "N", "speedup"):
+            table.add_column(header, justify="right")
+        for speedup in rows:
+            cells = [str(size) for size in speedup.shape]
+            text = Text(format_speedup(speedup.speedup), style=_speedup_style(speedup.speedup))
+            table.add_row(*cells, text)
+        console.print(table)
+
+
+def _point_words(key_or_record) -> str:
+    """'M=1024 K=4096 N=4096 rowwise' or 'E=8 M/expert=128 K=4096 N=14336 rowwise', from a point key or a
+    results record."""
+    from fp8advisor.results import GROUPED_AXES, point_key
+
+    key = key_or_record if isinstance(key_or_record, tuple) else point_key(key_or_record)
+    *sizes, recipe = key
+    names = ("E", "M/expert", "K", "N") if len(sizes) == len(GROUPED_AXES) else ("M", "K", "N")
+    return " ".join(f"{name}={size}" for name, size in zip(names, sizes, strict=True)) + f" {recipe}"
+
+
 def _resume_command() -> str:
     """The command line this process was started with, as the user would type it again."""
     program = ["fp8advisor"]
@@ -116,15 +151,15 @@ def _print_compiles(summary) -> None:
             f"{sum(record['compile']['seconds'] for record in compiled):.0f} s in all"
         )
     if summary.not_precompiled:
-        (M, K, N, recipe), reason = next(iter(summary.not_precompiled.items()))
+        key, reason = next(iter(summary.not_precompiled.items()))
         console.print(
             f"[yellow]not pre-compiled[/]: {len(summary.not_precompiled)} point(s), e.g. "
-            f"M={M} K={K} N={N} {recipe}: {reason}",
+            f"{_point_words(key)}: {reason}",
             soft_wrap=True,
         )
 
 
-def _print_summary(summary, emulate: bool) -> None:
+def _print_summary(summary, emulate: bool, grouped: bool = False) -> None:
     from fp8advisor.results import suspect_reason, unreadable_lines
 
     records = summary.records
@@ -156,17 +191,12 @@ def _print_summary(summary, emulate: bool) -> None:
         first = suspect[0]
         console.print(
             f"[yellow]suspect kernel time[/] for {len(suspect)} point(s), left out by `fit` (e.g. "
-            f"M={first['M']} K={first['K']} N={first['N']} {first['recipe']}: "
-            f"{suspect_reason(first)})",
+            f"{_point_words(first)}: {suspect_reason(first)})",
             soft_wrap=True,
         )
     failed = [record for record in records if record["status"] == "failed"]
     for record in failed[:10]:
-        console.print(
-            f"  [red]failed[/] M={record['M']} K={record['K']} N={record['N']} {record['recipe']}: "
-            f"{record['reason']}",
-            soft_wrap=True,
-        )
+        console.print(f"  [red]failed[/] {_point_words(record)}: {record['reason']}", soft_wrap=True)
     if len(failed) > 10:
         console.print(f"  ... and {len(failed) - 10} more (see the results file)")
     # The auxiliary probes fail without failing a point: say so, or the nulls would pass unnoticed.
@@ -181,8 +211,13 @@ def _print_summary(summary, emulate: bool) -> None:
             soft_wrap=True,
         )
     if emulate:
+        what = (
+            "an emulated float8 grouped GEMM (torchao's casts, bf16 GEMMs)"
+            if grouped
+            else ("torchao's emulated float8")
+        )
         console.print(
-            "[bold yellow]EMULATED[/]: CPU wall-clock times of torchao's emulated float8, not GPU "
+            f"[bold yellow]EMULATED[/]: CPU wall-clock times of {what}, not GPU "
             "measurements; `fp8advisor fit` refuses them for a real profile."
         )
 
@@ -192,7 +227,30 @@ def bench(
     grid: Annotated[
         str | None,
         typer.Option(
-            "--grid", help="quick | default | llama | full (default: default; emulated with --emulate)."
+            "--grid",
+            help="quick | default | llama | full (default: default; emulated with --emulate). With "
+            "--grouped: quick | default | emulated.",
+        ),
+    ] = None,
+    grouped: Annotated[
+        bool,
+        typer.Option(
+            "--grouped",
+            help="Measure MoE grouped expert GEMMs instead: torch._grouped_mm (bf16) against torchao's "
+            "float8 rowwise grouped GEMM (torch._scaled_grouped_mm), forward + backward, compiled, over "
+            "(E, M per expert, K, N). Default grid: E 8, 64, 256 x M per expert 128, 1024, 8192 x K and N "
+            "768, 4096, 14336, less the shapes too large for one GPU (60 shapes, 120 configurations).",
+        ),
+    ] = False,
+    E: Annotated[
+        list[str] | None, typer.Option("--E", help="With --grouped: experts, overriding the grid: --E 8,64.")
+    ] = None,
+    M_per_expert: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--M-per-expert",
+            help="With --grouped: tokens per expert (multiples of 16), overriding the grid: --M-per-expert "
+            "128,1024.",
         ),
     ] = None,
     M: Annotated[
@@ -283,6 +341,7 @@ def bench(
             "--compile-workers": compile_workers is not None,
         }
         given = [name for name, value in grid_options.items() if value]
+        given += ["--grouped"] if grouped else []
         if given:
             raise AdvisorError(
                 f"{', '.join(given)} describe a grid; --model measures the model's own blocks",
@@ -307,8 +366,20 @@ def bench(
             raise AdvisorError(
                 f"{name} goes with --model", hint="e.g. fp8advisor bench --model model.py --seq 8192"
             )
+    if not grouped:
+        for name, value in {"--E": E, "--M-per-expert": M_per_expert}.items():
+            if value:
+                raise AdvisorError(
+                    f"{name} goes with --grouped", hint="e.g. fp8advisor bench --grouped --E 8,64"
+                )
+    elif M:
+        raise AdvisorError(
+            "--M is the tokens of a Linear; with --grouped give the tokens per expert",
+            hint="e.g. fp8advisor bench --grouped --M-per-expert 128,1024",
+        )
     out = out if out is not None else DEFAULT_OUT
-    from fp8advisor.bench import BenchSettings, SweepInterrupted, make_grid, run_sweep
+    from fp8advisor import bench as bench_module
+    from fp8advisor.bench import BenchSettings, SweepInterrupted, make_grid
     from fp8advisor.device import require_fp8_gpu
     from fp8advisor.files import check_output_directory
     from fp8advisor.schedule import Shard, check_time_budget
@@ -328,21 +399,40 @@ def bench(
     check_output_directory(out)
     if not emulate:
         require_fp8_gpu()  # exit 2 with a clear message before anything else happens
-    chosen = make_grid(
-        grid,
-        M=_integers(M, "--M"),
-        K=_integers(K, "--K"),
-        N=_integers(N, "--N"),
-        recipes=_names(recipes),
-        emulate=emulate,
-    )
     settings = BenchSettings(
         emulate=emulate, compile_workers=compile_workers, compile_timeout_s=compile_timeout
     )
+    workload = bench_module.LINEAR
+    if grouped:
+        from fp8advisor.grouped_bench import GROUPED, make_grouped_grid, with_grouped_defaults
+
+        chosen = make_grouped_grid(
+            grid,
+            E=_integers(E, "--E"),
+            M_per_expert=_integers(M_per_expert, "--M-per-expert"),
+            K=_integers(K, "--K"),
+            N=_integers(N, "--N"),
+            recipes=_names(recipes),
+            emulate=emulate,
+        )
+        settings, workload = with_grouped_defaults(settings), GROUPED
+    else:
+        chosen = make_grid(
+            grid,
+            M=_integers(M, "--M"),
+            K=_integers(K, "--K"),
+            N=_integers(N, "--N"),
+            recipes=_names(recipes),
+            emulate=emulate,
+        )
     extras = [f"shard {chosen_shard}"] if chosen_shard else []
     extras += [f"time budget {time_budget:.0f} s"] if time_budget is not None else []
+    left_out = getattr(chosen, "left_out", ())
+    if left_out:
+        extras.append(f"{len(left_out)} shape(s) too large for one GPU left out")
     console.print(
-        f"grid [bold]{chosen.name}[/]: {len(chosen.shapes)} shape(s) x {len(chosen.recipes)} configurations "
+        f"{'grouped ' if grouped else ''}grid [bold]{chosen.name}[/]: {len(chosen.shapes)} shape(s) x "
+        f"{len(chosen.recipes)} configurations "
         f"({', '.join(chosen.recipes)}) -> {out}"
         + (f" ({', '.join(extras)})" if extras else "")
         + ("  [yellow](emulated on the CPU)[/]" if emulate else "")
@@ -367,7 +457,7 @@ def bench(
 
     try:
         with progress:
-            summary = run_sweep(
+            summary = bench_module.run_sweep(
                 chosen,
                 out,
                 settings,
@@ -375,6 +465,7 @@ def bench(
                 time_budget_s=time_budget,
                 started=started,
                 on_progress=on_progress,
+                **({"workload": workload} if grouped else {}),
             )
     except SweepInterrupted as interrupted:
         summary = interrupted.summary
@@ -383,7 +474,7 @@ def bench(
             f"({len(summary.records)} from this run). Run the same command again to resume."
         )
         raise typer.Exit(130) from None
-    _print_summary(summary, emulate)
+    _print_summary(summary, emulate, grouped)
     if summary.stopped_by_budget:
         console.print(
             f"[bold yellow]time budget[/]: stopped after {summary.elapsed_s:.0f} of {time_budget:.0f} s, "
@@ -393,6 +484,9 @@ def bench(
             soft_wrap=True,
         )
     if not summary.runs:
+        return
+    if grouped:
+        render_grouped_speedups(summary.runs)
         return
     render_heatmaps(summary.runs)
     if png:
