@@ -5,6 +5,11 @@ The stage `results -> fit -> profile`. Speedups come from kernel times of the sa
 with a stated rule outside the grid). `fit_profile` also measures that predictor's error on the points
 themselves (leave-one-out) and summarises, per recipe and per M, which (K, N) pay as a simple rule set beside
 torchao's auto filter. Modelled profiles (`roofline_profile`) need no measurements.
+
+Grouped expert GEMM results (`bench --grouped`) fit the profile's `grouped` section (`GroupedProfile`): their
+speedups over (E, M_per_expert, K, N), predicted by `fp8advisor.grouped_model`, with the same leave-one-out
+error (`grouped_leave_one_out`). Linear and grouped results of one GPU may be fitted together into one
+profile.
 """
 
 from __future__ import annotations
@@ -21,7 +26,16 @@ from pathlib import Path
 import numpy as np
 
 from fp8advisor.errors import ResultsError
-from fp8advisor.profile import DeviceInfo, FitError, Profile, RecipeProfile, SpeedupPoint
+from fp8advisor.profile import (
+    GROUPED_INTERPOLATION_MODEL,
+    DeviceInfo,
+    FitError,
+    GroupedProfile,
+    GroupedSpeedupPoint,
+    Profile,
+    RecipeProfile,
+    SpeedupPoint,
+)
 from fp8advisor.recipes import Recipe
 from fp8advisor.roofline import (
     FAMILY_COMPUTE_CAPABILITY,
@@ -65,6 +79,7 @@ class Measurements:
     method: str
     speedups: Mapping[str, tuple[SpeedupPoint, ...]]  # recipe -> points
     notes: tuple[str, ...] = ()  # what was left out, and why
+    grouped: tuple[GroupedSpeedupPoint, ...] = ()  # grouped expert GEMM points (bench --grouped)
 
 
 # --------------------------------------------------------------------------------------------------- reading
@@ -130,7 +145,14 @@ def measurements_from_runs(runs: Sequence) -> list[Measurements]:
     same shape in a run of the same setup, by GPU kernel time (wall time only where a run has no kernel times,
     as emulated runs). Failed points (out of memory, compile errors) have no time and are simply left out.
     """
-    from fp8advisor.results import pair_with_baseline, point_key, setup_key, suspect_reason, unreadable_lines
+    from fp8advisor.results import (
+        pair_grouped_with_baseline,
+        pair_with_baseline,
+        point_key,
+        setup_key,
+        suspect_reason,
+        unreadable_lines,
+    )
 
     by_setup: dict[tuple, list] = defaultdict(list)
     for run in runs:
@@ -154,6 +176,14 @@ def measurements_from_runs(runs: Sequence) -> list[Measurements]:
                     float8_time_s=pair.float8_time_s,
                 )
             )
+        grouped = []
+        for pair in pair_grouped_with_baseline(group):
+            bases.add(pair.basis)
+            grouped.append(
+                GroupedSpeedupPoint(
+                    *pair.shape, pair.speedup, bf16_time_s=pair.bf16_time_s, float8_time_s=pair.float8_time_s
+                )
+            )
         remeasured = {
             point_key(point)
             for run in group
@@ -172,9 +202,10 @@ def measurements_from_runs(runs: Sequence) -> list[Measurements]:
             notes += (unreadable,)
         if suspect:
             first = suspect[0]
+            *sizes, recipe = point_key(first)
             notes += (
                 f"{len(suspect)} point(s) left out: their profiler session may have lost records (e.g. "
-                f"M={first['M']} K={first['K']} N={first['N']} {first['recipe']}: {suspect_reason(first)}); "
+                f"{'x'.join(map(str, sizes))} {recipe}: {suspect_reason(first)}); "
                 "the same bench command measures them again",
             )
         capability = device.get("compute_capability")
@@ -192,6 +223,7 @@ def measurements_from_runs(runs: Sequence) -> list[Measurements]:
                 method=method,
                 speedups={recipe: tuple(points) for recipe, points in speedups.items()},
                 notes=notes,
+                grouped=tuple(grouped),
             )
         )
     return measurements
@@ -305,6 +337,55 @@ def leave_one_out(points: Sequence[SpeedupPoint], recipe: Recipe | str, specs: G
         worst_relative_error=float(max(relative_errors)),
         sign_accuracy=sign_right / len(points),
         n=len(points),
+    )
+
+
+def _merge_grouped(points: Iterable[GroupedSpeedupPoint]) -> tuple[GroupedSpeedupPoint, ...]:
+    """One point per (E, M_per_expert, K, N): the median of repeated measurements."""
+    by_shape: dict[tuple[int, int, int, int], list[GroupedSpeedupPoint]] = defaultdict(list)
+    for point in points:
+        by_shape[point.shape].append(point)
+    merged = []
+    for shape in sorted(by_shape):
+        group = by_shape[shape]
+        bf16 = [p.bf16_time_s for p in group if p.bf16_time_s is not None]
+        float8 = [p.float8_time_s for p in group if p.float8_time_s is not None]
+        merged.append(
+            GroupedSpeedupPoint(
+                *shape,
+                statistics.median(p.speedup for p in group),
+                bf16_time_s=statistics.median(bf16) if len(bf16) == len(group) else None,
+                float8_time_s=statistics.median(float8) if len(float8) == len(group) else None,
+            )
+        )
+    return tuple(merged)
+
+
+def grouped_leave_one_out(points: Sequence[GroupedSpeedupPoint]) -> FitError | None:
+    """Predict each grouped point from all the others with the grouped profile's own predictor
+    (`grouped_model.GroupedModel`). A point the others cannot answer for (the only one measured at its E, K or
+    N) is not counted; None when no point can be predicted."""
+    from fp8advisor.grouped_model import GroupedModel
+
+    relative_errors, sign_right = [], 0
+    for held_out, point in enumerate(points):
+        others = [p for i, p in enumerate(points) if i != held_out]
+        if not others:
+            continue
+        answer = GroupedModel([p.shape for p in others], [p.speedup for p in others]).speedup_at(*point.shape)
+        if answer is None:
+            continue
+        predicted = answer[0]
+        relative_errors.append(abs(predicted - point.speedup) / point.speedup)
+        sign_right += (predicted > 1.0) == (point.speedup > 1.0)
+    if not relative_errors:
+        return None
+    return FitError(
+        method="leave-one-out",
+        median_relative_error=float(np.median(relative_errors)),
+        worst_relative_error=float(max(relative_errors)),
+        sign_accuracy=sign_right / len(relative_errors),
+        n=len(relative_errors),
     )
 
 
@@ -451,6 +532,13 @@ class FitReport:
             "thresholds": {
                 recipe: [row.to_json() for row in rows] for recipe, rows in self.thresholds.items()
             },
+            "grouped": None
+            if self.profile.grouped is None
+            else {
+                "recipe": self.profile.grouped.recipe,
+                "points": len(self.profile.grouped.points),
+                "error": self.profile.grouped.error.to_json() if self.profile.grouped.error else None,
+            },
             "notes": list(self.notes),
         }
 
@@ -517,14 +605,15 @@ def fit_profile(
     for m in measurements:
         for recipe, points in m.speedups.items():
             by_recipe[recipe].extend(points)
-    if not by_recipe:
+    grouped_points = _merge_grouped(point for m in measurements for point in m.grouped)
+    if not by_recipe and not grouped_points:
         raise ResultsError(
             "no shape was measured both in bf16 and in a float8 recipe",
             hint="bench the bf16 baseline together with the recipes (the default does)",
         )
     specs = get_specs(family) if family in GPU_SPECS else GPU_SPECS["H100"]
     notes = [note for m in measurements for note in m.notes]
-    if family not in GPU_SPECS:
+    if family not in GPU_SPECS and by_recipe:
         notes.append(f"no roofline constants for {device_name}: extrapolation below the grid uses H100's")
     recipes, thresholds, roofline_errors = {}, {}, {}
     for recipe in sorted(by_recipe):
@@ -535,9 +624,27 @@ def fit_profile(
         thresholds[recipe] = threshold_table(points, recipe)
         roofline_errors[recipe] = roofline_error(points, recipe, specs)
 
+    grouped = None
+    if grouped_points:
+        grouped = GroupedProfile(
+            points=grouped_points,
+            provenance=provenance,
+            error=grouped_leave_one_out(grouped_points),
+            model=dict(GROUPED_INTERPOLATION_MODEL),
+        )
+        from fp8advisor.grouped_model import grouped_model
+
+        fill = grouped_model(grouped_points).fill_fraction
+        if fill < 1.0:
+            notes.append(
+                f"grouped points fill {fill:.0%} of their (E, M_per_expert, K, N) grid: the holes are filled "
+                "from their neighbours"
+            )
+
     created = created or _today()
     if name is None:
-        name = f"{_slug(family)}-{provenance}-{'-'.join(sorted(recipes))}-{created}"
+        covered = sorted(recipes) + (["grouped"] if grouped else [])
+        name = f"{_slug(family)}-{provenance}-{'-'.join(covered)}-{created}"
     all_software = dict(software or {})
     for m in results:
         all_software = {**m.software, **all_software}
@@ -555,6 +662,7 @@ def fit_profile(
         method=method,
         recipes=recipes,
         roofline=None,
+        grouped=grouped,
     )
     return FitReport(
         profile=profile,
@@ -594,6 +702,7 @@ __all__ = [
     "MThreshold",
     "Measurements",
     "fit_profile",
+    "grouped_leave_one_out",
     "leave_one_out",
     "load_measurements",
     "measurements_from_runs",

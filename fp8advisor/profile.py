@@ -190,6 +190,130 @@ class RecipeProfile:
 
 
 @dataclass(frozen=True)
+class GroupedSpeedupPoint:
+    """One measured grouped expert GEMM: E experts of (M_per_expert, K) x (K, N), speedup = bf16 time /
+    float8 time of forward + backward (`bench --grouped`)."""
+
+    E: int
+    M_per_expert: int
+    K: int
+    N: int
+    speedup: float
+    bf16_time_s: float | None = None
+    float8_time_s: float | None = None
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (self.E, self.M_per_expert, self.K, self.N)
+
+    def to_json(self) -> dict:
+        data: dict[str, Any] = {
+            "E": self.E,
+            "M_per_expert": self.M_per_expert,
+            "K": self.K,
+            "N": self.N,
+            "speedup": stable_float(self.speedup),
+        }
+        if self.bf16_time_s is not None:
+            data["bf16_time_s"] = stable_float(self.bf16_time_s)
+        if self.float8_time_s is not None:
+            data["float8_time_s"] = stable_float(self.float8_time_s)
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> GroupedSpeedupPoint:
+        return cls(
+            E=_size(data["E"]),
+            M_per_expert=_size(data["M_per_expert"]),
+            K=_size(data["K"]),
+            N=_size(data["N"]),
+            speedup=float(data["speedup"]),
+            bf16_time_s=None if data.get("bf16_time_s") is None else float(data["bf16_time_s"]),
+            float8_time_s=None if data.get("float8_time_s") is None else float(data["float8_time_s"]),
+        )
+
+
+#: What a grouped profile's "model" section says; `GroupedProfile.speedup_at` implements it.
+GROUPED_INTERPOLATION_MODEL = {
+    "kind": "log-linear-interpolation",
+    "inside": "multilinear in (log2 E, log2 M_per_expert, log2 K, log2 N) -> log speedup over the measured "
+    "product grid (holes first filled from their measured neighbours along each axis)",
+    "outside": "E, K or N outside the measured range: no answer; M_per_expert above the largest measured: "
+    "clamp to the edge; below the smallest: the edge speedup times the measured trend of the two smallest "
+    "M_per_expert (log-log), never above the edge",
+}
+
+
+@dataclass(frozen=True)
+class GroupedProfile:
+    """What a profile knows of the grouped expert GEMMs (MoE experts) on its GPU: float8 rowwise
+    (torchao's grouped recipe) against bf16 `torch._grouped_mm`, measured by `bench --grouped` over
+    (E, M_per_expert, K, N), with the held-out error of its predictor (`fp8advisor fit`).
+
+    `speedup_at(E, M_per_expert, K, N)` answers (speedup, "interpolated" | "extrapolated"), or None where it
+    cannot (E, K or N outside the measured range; see `GROUPED_INTERPOLATION_MODEL`)."""
+
+    points: tuple[GroupedSpeedupPoint, ...]
+    provenance: str = "measured"  # one of PROVENANCES ("emulated" for fits of `bench --emulate`)
+    recipe: str = "rowwise"
+    error: FitError | None = None
+    model: Mapping[str, Any] = field(default_factory=lambda: dict(GROUPED_INTERPOLATION_MODEL), hash=False)
+
+    def speedup_at(self, E: int, M_per_expert: float, K: int, N: int) -> tuple[float, str] | None:
+        from fp8advisor.grouped_model import grouped_model
+
+        if not self.points:
+            return None
+        return grouped_model(self.points).speedup_at(E, M_per_expert, K, N)
+
+    def to_json(self) -> dict:
+        return {
+            "provenance": self.provenance,
+            "recipe": self.recipe,
+            "points": [point.to_json() for point in sorted(self.points, key=lambda p: p.shape)],
+            "model": dict(self.model),
+            "error": self.error.to_json() if self.error else None,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> GroupedProfile:
+        return cls(
+            points=tuple(GroupedSpeedupPoint.from_json(point) for point in data.get("points") or ()),
+            provenance=str(data.get("provenance", "measured")),
+            recipe=str(data.get("recipe", "rowwise")),
+            error=FitError.from_json(data["error"]) if data.get("error") else None,
+            model=dict(data.get("model") or GROUPED_INTERPOLATION_MODEL),
+        )
+
+
+def _grouped_problem(grouped: GroupedProfile) -> str | None:
+    """The first thing wrong with a profile's grouped section, said as "grouped: WHAT"; None when sound."""
+    if grouped.provenance not in PROVENANCES:
+        return f"grouped: unknown provenance {grouped.provenance!r}"
+    if not grouped.points:
+        return "grouped: no measured points"
+    if len({point.shape for point in grouped.points}) != len(grouped.points):
+        return "grouped: a shape appears twice among its points"
+    for point in grouped.points:
+        if not (point.speedup > 0 and math.isfinite(point.speedup)):
+            return f"grouped: point {point.shape}: speedup = {point.speedup}"
+        for label, value in (("bf16_time_s", point.bf16_time_s), ("float8_time_s", point.float8_time_s)):
+            if not _positive(value):
+                return f"grouped: point {point.shape}: {label} = {value}"
+    error = grouped.error
+    if error is not None and not (
+        math.isfinite(error.median_relative_error)
+        and error.median_relative_error >= 0
+        and math.isfinite(error.worst_relative_error)
+        and error.worst_relative_error >= 0
+        and 0 <= error.sign_accuracy <= 1
+        and error.n >= 0
+    ):
+        return f"grouped: error {error.to_json()}"
+    return None
+
+
+@dataclass(frozen=True)
 class Profile:
     """A versioned speedup profile of one GPU (schema `fp8advisor.profile/1`)."""
 
@@ -202,6 +326,8 @@ class Profile:
     method: str = ""
     recipes: Mapping[str, RecipeProfile] = field(default_factory=dict, hash=False)
     roofline: GpuSpecs | None = None  # the constants of a modelled profile
+    #: The grouped expert GEMMs (MoE experts) measured on this GPU, None when not measured.
+    grouped: GroupedProfile | None = field(default=None, hash=False)
     path: Path | None = field(
         default=None, compare=False
     )  # where it was loaded from; None when built in memory
@@ -228,8 +354,11 @@ class Profile:
             ) from None
 
     def describe(self) -> str:
-        """One line for people: name, provenance, GPU, recipes."""
-        return f"{self.name} ({self.provenance}, {self.device.name}, recipes: {', '.join(self.recipes)})"
+        """One line for people: name, provenance, GPU, recipes (and grouped expert GEMMs when measured)."""
+        covers = f"recipes: {', '.join(self.recipes) or 'none'}"
+        if self.grouped is not None:
+            covers += f"; grouped expert GEMMs: {self.grouped.recipe}"
+        return f"{self.name} ({self.provenance}, {self.device.name}, {covers})"
 
     def to_json(self) -> dict:
         data = {
@@ -245,6 +374,8 @@ class Profile:
         }
         if self.roofline is not None:
             data["roofline"] = self.roofline.to_json()
+        if self.grouped is not None:  # absent otherwise: profiles without one read and write as before
+            data["grouped"] = self.grouped.to_json()
         return data
 
     @classmethod
@@ -302,13 +433,14 @@ class Profile:
                 if data.get("roofline")
                 else None
             )
+            grouped = GroupedProfile.from_json(data["grouped"]) if data.get("grouped") is not None else None
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise ProfileError(
                 f"malformed profile ({type(error).__name__}: {error})",
                 hint="regenerate it with `fp8advisor fit`",
                 location=where,
             ) from None
-        problem = _figure_problem(recipes, roofline)
+        problem = _figure_problem(recipes, roofline) or (grouped and _grouped_problem(grouped))
         if problem is not None:
             raise ProfileError(
                 f"{problem}: not a figure a profile can hold",
@@ -345,6 +477,7 @@ class Profile:
             method=str(data.get("method", "")),
             recipes=recipes,
             roofline=roofline,
+            grouped=grouped,
             path=path,
         )
 
@@ -485,6 +618,17 @@ class ProfileChoice:
     primary: Profile
     fallback: Profile | None
     reason: str
+    #: The profile whose grouped expert GEMM figures answer: the primary when it has them, else the best
+    #: profile of the same GPU family that has (`select_profile`); None when none has.
+    grouped_source: Profile | None = None
+
+    @property
+    def grouped(self) -> GroupedProfile | None:
+        """The grouped expert GEMM figures to predict with (`GroupedProfile`), None when no profile of this
+        GPU has measured them."""
+        if self.primary.grouped is not None:
+            return self.primary.grouped
+        return self.grouped_source.grouped if self.grouped_source is not None else None
 
     @property
     def name(self) -> str:
@@ -526,9 +670,27 @@ def modelled_profile_for(family: str | None) -> Profile | None:
     return None
 
 
-def _pair(primary: Profile, reason: str) -> ProfileChoice:
+def _pair(primary: Profile, reason: str, grouped_source: Profile | None = None) -> ProfileChoice:
     fallback = None if primary.is_modelled else modelled_profile_for(primary.family)
-    return ProfileChoice(primary=primary, fallback=fallback, reason=reason)
+    if primary.grouped is not None:
+        grouped_source = None
+    return ProfileChoice(primary=primary, fallback=fallback, reason=reason, grouped_source=grouped_source)
+
+
+def _grouped_source(family: str | None, user_profiles: list[Profile]) -> Profile | None:
+    """The best profile of `family` with grouped expert GEMM figures: the user's own (measured before
+    published, then the newest), else a shipped one; emulated ones never."""
+    if family is None:
+        return None
+    for candidates in (user_profiles, _profiles_in(PROFILES_DIR)):
+        grouped = [
+            p
+            for p in candidates
+            if p.family == family and p.grouped is not None and p.provenance in ("measured", "published")
+        ]
+        if grouped:
+            return _best(grouped)
+    return None
 
 
 def _detect_device_name() -> str | None:
@@ -574,26 +736,32 @@ def select_profile(
     # One bad file among the user's own must not block every suggest: it is passed over, and said.
     passed_over: list[str] = []
     skipped = ""
+    grouped_source = None
     if family is not None:
-        user_profiles = [
-            p
-            for p in _profiles_in(user_profile_dir(), passed_over)
-            if p.family == family and p.provenance in ("measured", "published")
-        ]
+        own = [p for p in _profiles_in(user_profile_dir(), passed_over) if p.family == family]
+        grouped_source = _grouped_source(family, own)
+        # A profile of grouped expert GEMMs only (no Linear recipe) answers for the experts, not as primary.
+        user_profiles = [p for p in own if p.provenance in ("measured", "published") and p.recipes]
         if passed_over:
             skipped = f" (passed over {len(passed_over)} unreadable file(s): {passed_over[0]})"
         if user_profiles:
             return _pair(
-                _best(user_profiles), f"your own profile for {gpu_words} in {user_profile_dir()}{skipped}"
+                _best(user_profiles),
+                f"your own profile for {gpu_words} in {user_profile_dir()}{skipped}",
+                grouped_source,
             )
-        shipped = [p for p in _profiles_in(PROFILES_DIR) if p.family == family and p.provenance != "emulated"]
+        shipped = [
+            p
+            for p in _profiles_in(PROFILES_DIR)
+            if p.family == family and p.provenance != "emulated" and p.recipes
+        ]
         if shipped:
-            return _pair(_best(shipped), f"the shipped profile for {gpu_words}{skipped}")
+            return _pair(_best(shipped), f"the shipped profile for {gpu_words}{skipped}", grouped_source)
 
     shipped_default = [
         p
         for p in _profiles_in(PROFILES_DIR)
-        if p.family == DEFAULT_FAMILY and p.provenance in ("measured", "published")
+        if p.family == DEFAULT_FAMILY and p.provenance in ("measured", "published") and p.recipes
     ]
     if not shipped_default:
         raise ProfileError(
@@ -601,7 +769,10 @@ def select_profile(
             hint="reinstall fp8advisor, or pass --profile PATH",
         )
     why = f"no profile for {device_name}" if device_name else "no GPU found"
-    return _pair(_best(shipped_default), f"{why}: the shipped {DEFAULT_FAMILY} profile{skipped}")
+    grouped_source = grouped_source or _grouped_source(DEFAULT_FAMILY, [])
+    return _pair(
+        _best(shipped_default), f"{why}: the shipped {DEFAULT_FAMILY} profile{skipped}", grouped_source
+    )
 
 
 __all__ = [
@@ -612,6 +783,9 @@ __all__ = [
     "SCHEMA",
     "DeviceInfo",
     "FitError",
+    "GROUPED_INTERPOLATION_MODEL",
+    "GroupedProfile",
+    "GroupedSpeedupPoint",
     "Profile",
     "ProfileChoice",
     "RecipeProfile",

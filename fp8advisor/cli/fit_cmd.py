@@ -126,7 +126,28 @@ def fit(
                 _percent(error.worst_relative_error),
                 _percent(error.sign_accuracy),
             )
+    grouped = profile.grouped
+    if grouped is not None:
+        error = grouped.error
+        label = f"grouped {grouped.recipe}"
+        if error is None:
+            errors.add_row(label, "fit, LOO", str(len(grouped.points)), "-", "-", "-")
+        else:
+            errors.add_row(
+                label,
+                "fit, LOO",
+                str(error.n),
+                _percent(error.median_relative_error),
+                _percent(error.worst_relative_error),
+                _percent(error.sign_accuracy),
+            )
     console.print(errors)
+    if grouped is not None:
+        speedups = [point.speedup for point in grouped.points]
+        console.print(
+            f"grouped expert GEMMs: {len(grouped.points)} measured (E, M per expert, K, N) point(s), "
+            f"speedup {min(speedups):.2f}x to {max(speedups):.2f}x"
+        )
 
     for recipe, rows in report.thresholds.items():
         table = Table(
