@@ -278,7 +278,10 @@ def test_emulated_weight_gradient_casts_match_torchaos_per_group_reference():
     from torchao.prototype.moe_training.utils import torch_to_float8_per_group_colwise
 
     torch.manual_seed(0)
-    x = (torch.randn(64, 48) * torch.linspace(0.1, 30, 48)).to(torch.bfloat16)
+    # groups of rows 16, 32 and 16 at very different magnitudes, so that a row counted in the wrong group
+    # changes that group's scale
+    magnitude = torch.tensor([1.0] * 16 + [50.0] * 32 + [0.01] * 16)[:, None]
+    x = (torch.randn(64, 48) * torch.linspace(0.1, 30, 48) * magnitude).to(torch.bfloat16)
     offs = torch.tensor([16, 48, 64], dtype=torch.int32)
     ours = grouped_bench._per_group_columns(x, offs, 3, torch.float8_e4m3fn, compat.float8_scaling())
     data, scales = torch_to_float8_per_group_colwise(x, offs, round_scales_to_power_of_2=True)
@@ -292,8 +295,11 @@ def test_emulated_forward_is_the_grouped_gemm_of_rowwise_dequantized_operands():
     from torchao.float8.float8_utils import to_fp8_saturated
 
     torch.manual_seed(1)
-    A = torch.randn(32, 16, dtype=torch.bfloat16)
-    B_t = torch.randn(2, 32, 16, dtype=torch.bfloat16).transpose(-2, -1)  # (2, 16, 32)
+    # magnitudes that differ by row of A and by column and row of B, so that a scale along the wrong axis
+    # saturates or flushes values
+    A = (torch.randn(32, 16) * torch.logspace(-2, 2, 32)[:, None]).to(torch.bfloat16)
+    weight = torch.randn(2, 32, 16) * torch.logspace(-2, 2, 32)[:, None] * torch.logspace(4, -4, 16)
+    B_t = weight.to(torch.bfloat16).transpose(-2, -1)  # (2, 16, 32), column-major
     offs = torch.tensor([16, 32], dtype=torch.int32)
     out = grouped_bench.emulated_float8_grouped_mm()(A, B_t, offs)
 
@@ -306,6 +312,15 @@ def test_emulated_forward_is_the_grouped_gemm_of_rowwise_dequantized_operands():
     expected = torch.cat([a[:16].float() @ b[0].float(), a[16:].float() @ b[1].float()]).to(torch.bfloat16)
     torch.testing.assert_close(out, expected, rtol=1e-2, atol=1e-2)
     assert not torch.equal(out, torch._grouped_mm(A, B_t, offs=offs))  # the casts did change the values
+    # backward, the input gradient: grad_output per row (over N) @ B scaled per expert and K row (over N)
+    A.requires_grad_()
+    grad_output = (torch.randn(32, 32) * torch.logspace(1, -1, 32)).to(torch.bfloat16)
+    grouped_bench.emulated_float8_grouped_mm()(A, B_t, offs).backward(grad_output)
+    g, b = by_hand(grad_output, -1), by_hand(B_t, -1).transpose(-2, -1)
+    expected = torch.cat([g[:16].float() @ b[0].float(), g[16:].float() @ b[1].float()]).to(torch.bfloat16)
+    # column by column (K spans 8 decades): a scale along the wrong axis would flush the small columns
+    error = (A.grad.float() - expected.float()).norm(dim=0) / expected.float().norm(dim=0)
+    assert error.max() < 1e-2
 
 
 # --- fit of grouped results ---------------------------------------------------------------------------------
