@@ -12,7 +12,10 @@ One log (`<out>/smoke.log`, also printed), in sections, then a verdict of one li
    `run_sweep` with 2 compile workers, results under `<out>/smoke-results`: per point, kernel and wall time,
    the compile record (seconds, inductor / AOTAutograd cache hits and misses) and the profiler checks;
 5. the profiler rows of the bf16 and the rowwise point: every row, with what torchao's filter keeps, what
-   it drops and what no row accounts for.
+   it drops and what no row accounts for;
+6. a grouped expert GEMM point (`bench --grouped`: E=8, 256 tokens per expert, K=2048, N=768, bf16
+   `torch._grouped_mm` and torchao's float8 rowwise grouped GEMM) through `run_sweep`, results under
+   `<out>/smoke-grouped`: both ok, SQNR of output and both gradients, kernel and wall time, the speedup.
 
 Run from a checkout, with torchao's wheel carried (no internet needed):
 
@@ -41,6 +44,8 @@ DRIFT_KERNELS = 8  # per session
 KERNEL_TESTS_TIMEOUT_S = 180
 SWEEP_BUDGET_S = 180.0
 SWEEP_COMPILE_TIMEOUT_S = 90.0
+GROUPED_SHAPE = (8, 256, 2048, 768)  # E, tokens per expert, K, N: a Qwen3-30B-A3B-like expert
+GROUPED_BUDGET_S = 120.0
 
 
 class Log:
@@ -169,6 +174,37 @@ def sweep(log: Log, out: Path) -> list[dict]:
     return summary.records
 
 
+def grouped(log: Log, out: Path) -> None:
+    from fp8advisor.bench import BenchSettings, run_sweep
+    from fp8advisor.grouped_bench import GROUPED, make_grouped_grid, with_grouped_defaults
+    from fp8advisor.results import pair_grouped_with_baseline
+
+    E, M_per_expert, K, N = GROUPED_SHAPE
+    grid = make_grouped_grid(E=[E], M_per_expert=[M_per_expert], K=[K], N=[N])
+    settings = with_grouped_defaults(BenchSettings(compile_workers=0))
+    summary = run_sweep(
+        grid, out / "smoke-grouped", settings, time_budget_s=GROUPED_BUDGET_S, workload=GROUPED
+    )
+    for record in summary.records:
+        wall = record.get("wall_time_s") or {}
+        log(
+            f"{record['recipe']:<10} {record['status']:<6} kernel {_us(record['kernel_time_s'])} "
+            f"wall {_us(wall.get('median'))} x{wall.get('iterations')} peak {record['peak_memory_bytes']} B "
+            f"sqnr {record['sqnr_db']} reason {record['reason']}"
+        )
+        log(f"{'':<10} profiler {record.get('profiler')}")
+    ok = [record for record in summary.records if record["status"] == "ok"]
+    log.check(len(ok) == 2, f"grouped point {GROUPED_SHAPE}: {len(ok)} of 2 configurations ok")
+    float8 = [record for record in ok if record["recipe"] != "bf16"]
+    sqnr = (float8[0]["sqnr_db"] or {}) if float8 else {}
+    log.check(
+        bool(sqnr) and all(value > 20 for value in sqnr.values()),
+        f"grouped float8 SQNR (dB) > 20 on output and gradients: {sqnr}",
+    )
+    for pair in pair_grouped_with_baseline(summary.runs):
+        log.info(f"grouped speedup at {pair.shape}: {pair.speedup:.3f}x ({pair.basis})")
+
+
 def rows(log: Log) -> None:
     """Profile one bf16 and one rowwise point as bench does, and show every row the profiler recorded."""
     import torch
@@ -234,6 +270,7 @@ def main() -> int:
     log.section("profiler drift", lambda: drift(log))
     log.section("sweep at 1024^3", lambda: sweep(log, arguments.out))
     log.section("profiler rows", lambda: rows(log))
+    log.section("grouped expert GEMMs", lambda: grouped(log, arguments.out))
     log(f"\n=== verdict ({time.perf_counter() - started:.0f} s) ===")
     for line in list(log.verdict):
         log(line)
