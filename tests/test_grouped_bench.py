@@ -480,3 +480,14 @@ def test_a_grouped_only_profile_does_not_replace_the_linear_profile_but_answers_
     assert isinstance(choice.grouped, GroupedProfile)
     assert choice.grouped.to_json() == grouped_fit.profile.grouped.to_json()
     assert select_profile(user_dir / "grouped.json").grouped is not None
+
+
+def test_results_identify_grouped_points_by_e_m_per_expert_k_n_and_check_them():
+    from fp8advisor.results import grid_point_keys, point_key, point_problem
+
+    grid = make_grouped_grid(emulate=True)
+    assert grid_point_keys(grid.to_json()) == frozenset(point.key for point in grid.points())
+    record = grouped_bench.grouped_point_record("run", GroupedPoint(2, 16, 32, 32, "rowwise"), emulated=True)
+    record.update(status="ok", wall_time_s={"median": 1e-3})
+    assert point_key(record) == (2, 16, 32, 32, "rowwise") and point_problem(record) is None
+    assert point_problem({**record, "M_per_expert": 0}) == "M_per_expert is 0, not a positive integer"
