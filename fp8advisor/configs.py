@@ -210,6 +210,13 @@ class FrameworkConfig:
     _rule_factory: Callable[[nn.Module | None], Predicate] = field(
         default=lambda model: _nothing, repr=False, compare=False
     )
+    #: Whether the file converts MoE grouped experts (3-D weights): None when its format cannot (NeMo
+    #: AutoModel, accelerate, the filter list); see `formats.EXPERT_FORMATS`.
+    converts_experts: bool | None = None
+    expert_rule: str = ""  # which expert modules it converts, in words
+    #: torchao `quantize_`'s filter_fn for the expert modules, (module, fqn) -> bool; None with
+    #: converts_experts True: every expert group (torchtitan 0.3's converter has no filter).
+    expert_filter: Predicate | None = field(default=None, repr=False, compare=False)
 
     def filter_for(self, model: nn.Module | None = None) -> Predicate:
         """The framework's module filter for `model`: `(module, fqn) -> bool`, True = convert to float8."""
@@ -244,6 +251,8 @@ class FrameworkConfig:
             "filter_fqns": list(self.filter_fqns) if self.filter_fqns is not None else None,
             "rule": self.rule,
             "compile_enabled": self.compile_enabled,
+            "converts_experts": self.converts_experts,
+            "expert_rule": self.expert_rule,
             "notes": list(self.notes),
         }
 
@@ -269,11 +278,11 @@ def detect_framework(path: Path, text: str) -> ConfigFormat:
     if suffix == ".py":
         tree = _parse_python(path, text)
         called = {_call_name(node) for node in ast.walk(tree) if isinstance(node, ast.Call)}
-        if "Float8LinearConverter.Config" in called:
+        if called & {"Float8LinearConverter.Config", "Float8GroupedExpertsConverter.Config"}:
             return ConfigFormat.TORCHTITAN_PY
         if "AORecipeKwargs" in called:
             return ConfigFormat.ACCELERATE
-        if "convert_to_float8_training" in called:
+        if called & {"convert_to_float8_training", "Float8TrainingOpConfig"}:
             return ConfigFormat.TORCHAO
         # No float8 set-up: a file that trains in bf16 (what `suggest` writes when nothing is worth
         # converting). Its framework, from what it calls or imports, else from the header `suggest` wrote.
@@ -461,10 +470,16 @@ def _read_torchtitan_toml(path: Path, text: str, default_recipe: Recipe | None) 
         notes.append(f'FP8 is off: [model] converters does not include "{TORCHTITAN_CONVERTER}"{legacy}')
     rule, factory, rule_notes = _substring_or_auto(recipe, entries, auto_passes_linear=True)
     notes.extend(rule_notes)
-    if enabled and not compile_enabled:
+    expert_entries = _torchtitan_toml_experts(data, converters, path)
+    if (enabled or expert_entries) and not compile_enabled:
         notes.append(
             "[compile] enable is not true for the model: float8 without torch.compile is slower than bf16"
         )
+    if expert_entries and not enabled:
+        notes = [
+            f'[model] converters has no "{TORCHTITAN_CONVERTER}": every nn.Linear stays bf16, only the MoE '
+            "experts convert"
+        ] + notes[1:]
     return FrameworkConfig(
         ConfigFormat.TORCHTITAN_TOML,
         path,
@@ -475,7 +490,36 @@ def _read_torchtitan_toml(path: Path, text: str, default_recipe: Recipe | None) 
         compile_enabled,
         tuple(notes),
         factory,
+        converts_experts=bool(expert_entries),
+        expert_rule=(
+            f"{TORCHTITAN_EXPERTS_CONVERTER}: modules whose FQN contains one of {list(expert_entries)}"
+            if expert_entries
+            else f'no "{TORCHTITAN_EXPERTS_CONVERTER}" converter with fqns'
+        ),
+        expert_filter=(lambda module, fqn: matches_filter(fqn, expert_entries)) if expert_entries else None,
     )
+
+
+#: torchtitan 0.2.0's converter of MoE grouped GEMMs and the keys of its section (at tag v0.2.0:
+#: torchtitan/components/quantization/float8.py `Float8GroupedMMConverter`, whose quantize_ filter is
+#: `target_fqn in cur_fqn` for each of `[quantize.grouped_mm.float8] fqns`).
+TORCHTITAN_EXPERTS_CONVERTER = "quantize.grouped_mm.float8"
+TORCHTITAN_EXPERTS_KEYS = frozenset({"fqns"})
+
+
+def _torchtitan_toml_experts(data: dict, converters: tuple[str, ...], path: Path) -> tuple[str, ...]:
+    """`[quantize.grouped_mm.float8] fqns` when its converter is on (empty: no expert converts)."""
+    section = _toml_table(data, path, "quantize", "grouped_mm", "float8")
+    unknown = sorted(set(section) - TORCHTITAN_EXPERTS_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"[quantize.grouped_mm.float8] has keys torchtitan 0.2.x rejects: {', '.join(unknown)}",
+            location=str(path),
+            hint="the accepted key is fqns",
+        )
+    if TORCHTITAN_EXPERTS_CONVERTER not in converters:
+        return ()
+    return _string_list(section.get("fqns"), path, "[quantize.grouped_mm.float8] fqns")
 
 
 def _read_nemo(path: Path, text: str, default_recipe: Recipe | None) -> FrameworkConfig:
@@ -656,6 +700,31 @@ def _resolve_name(node: ast.expr | None, tree: ast.Module) -> ast.expr | None:
 
 def _read_torchtitan_py(path: Path, text: str, default_recipe: Recipe | None) -> FrameworkConfig:
     tree = _parse_python(path, text)
+    linear = _read_torchtitan_py_linear(path, tree)
+    if not _calls_named(tree, GROUPED_EXPERTS_CONVERTER):
+        return replace(linear, converts_experts=False, expert_rule=f"no {GROUPED_EXPERTS_CONVERTER}(...)")
+    _single_call(tree, GROUPED_EXPERTS_CONVERTER, path)
+    return replace(
+        _experts_only(linear, "Float8LinearConverter.Config"),
+        converts_experts=True,
+        expert_rule=f"{GROUPED_EXPERTS_CONVERTER}: every GroupedExperts of the model (rowwise, no filter)",
+    )
+
+
+def _experts_only(linear: FrameworkConfig, missing: str) -> FrameworkConfig:
+    """A file without the Linear set-up that converts the experts: its note says so (not "FP8 is off")."""
+    if linear.enabled:
+        return linear
+    return replace(
+        linear, notes=(f"no {missing}(...): every nn.Linear stays bf16, only the MoE experts convert",)
+    )
+
+
+#: torchtitan 0.3's converter of MoE grouped experts (torchtitan/components/quantization/float8.py).
+GROUPED_EXPERTS_CONVERTER = "Float8GroupedExpertsConverter.Config"
+
+
+def _read_torchtitan_py_linear(path: Path, tree: ast.Module) -> FrameworkConfig:
     if not _calls_named(tree, "Float8LinearConverter.Config"):
         return _fp8_off(ConfigFormat.TORCHTITAN_PY, path, Recipe.ROWWISE, "Float8LinearConverter.Config")
     call = _single_call(tree, "Float8LinearConverter.Config", path)
@@ -728,6 +797,43 @@ def _read_torchao(
     path: Path, text: str, default_recipe: Recipe | None, *, trust_config: bool = False
 ) -> FrameworkConfig:
     tree = _parse_python(path, text)
+    linear = _read_torchao_linear(path, tree, trust_config=trust_config)
+    calls = [
+        call
+        for call in _calls_named(tree, "quantize_")
+        if (config := _resolve_name(_keyword(call, "config"), tree)) is not None
+        and isinstance(config, ast.Call)
+        and _call_name(config) == "Float8TrainingOpConfig"
+    ]
+    if not calls:
+        return replace(
+            linear, converts_experts=False, expert_rule="no quantize_(..., Float8TrainingOpConfig())"
+        )
+    if len(calls) > 1:
+        raise ConfigError(
+            f"{len(calls)} quantize_(..., config=Float8TrainingOpConfig()) calls: which experts convert is "
+            "unclear",
+            location=f"{path}:{calls[0].lineno}",
+            hint="keep one quantize_ call for the experts, with one filter_fn",
+        )
+    filter_node = _keyword(calls[0], "filter_fn")
+    if filter_node is None or (isinstance(filter_node, ast.Constant) and filter_node.value is None):
+        raise ConfigError(
+            "quantize_(..., config=Float8TrainingOpConfig()) without filter_fn applies torchao's default "
+            "filter (nn.Linear), not the experts",
+            location=f"{path}:{calls[0].lineno}",
+            hint="pass filter_fn=<a function of (module, fqn) naming the expert modules>",
+        )
+    predicate, rule, _entries = _filter_function(filter_node, tree, path, trust_config=trust_config)
+    return replace(
+        _experts_only(linear, "convert_to_float8_training"),
+        converts_experts=True,
+        expert_rule=f"quantize_(Float8TrainingOpConfig) with {rule}",
+        expert_filter=predicate,
+    )
+
+
+def _read_torchao_linear(path: Path, tree: ast.Module, *, trust_config: bool) -> FrameworkConfig:
     if not _calls_named(tree, "convert_to_float8_training"):
         return _fp8_off(ConfigFormat.TORCHAO, path, Recipe.TENSORWISE, "convert_to_float8_training")
     call = _single_call(tree, "convert_to_float8_training", path)

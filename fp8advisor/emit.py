@@ -55,7 +55,17 @@ from fp8advisor.advise import DEFAULT_MIN_SPEEDUP, Advice, Predictor
 from fp8advisor.errors import ConfigError
 from fp8advisor.files import GENERATED_MARK, write_atomic
 from fp8advisor.filters import entries_matching_nothing
-from fp8advisor.formats import CHECK_PREFIX, ConfigFormat, parse_format
+from fp8advisor.formats import (
+    ALL_OR_NONE_EXPERT_FORMATS,
+    CHECK_PREFIX,
+    EXPERT_FORMATS,
+    ConfigFormat,
+    all_or_none_converts,
+    expert_modules,
+    experts_total_speedup,
+    grouped_expert_groups,
+    parse_format,
+)
 from fp8advisor.profile import weakest_provenance
 from fp8advisor.recipes import Recipe
 
@@ -145,6 +155,12 @@ def header_lines(advice: Advice, request: Request, fmt: ConfigFormat, what: str 
 
 def _what_it_converts(advice: Advice, fmt: ConfigFormat) -> str:
     if not advice.convert_fqns:
+        modules = converted_expert_modules(advice, fmt)
+        if modules:
+            return (
+                f"no Linear layer converts ({fp8_off_reason(advice).removesuffix('; train in bf16')}); "
+                f"the MoE experts of {len(modules)} module(s) do"
+            )
         return f"FP8 left off: {fp8_off_reason(advice)}"
     fl = advice.filter_list
     if fmt in (ConfigFormat.TORCHAO, ConfigFormat.ACCELERATE):
@@ -216,7 +232,7 @@ def leaves_fp8_off(advice: Advice, fmt: ConfigFormat | None, predictor: Predicto
     fused GEMMs are decided as one) the plan puts no module in float8. No format: the advice alone."""
     if fmt is ConfigFormat.MEGATRON:
         return not megatron.plan(advice, predictor).float8_names
-    return not advice.convert_fqns
+    return not advice.convert_fqns and not (fmt is not None and converted_expert_modules(advice, fmt))
 
 
 def render(
@@ -236,7 +252,10 @@ def render(
     if fmt is ConfigFormat.MEGATRON:
         return _megatron(advice, request, predictor)
     header = header_lines(advice, request, fmt)
-    if not advice.convert_fqns and fmt in FP8_OFF_RENDERERS:
+    as_json = output is not None and output.lower().endswith(".json")
+    if not as_json:  # JSON has no comments: format_warnings says it on stderr instead
+        header = header + expert_notes(advice, fmt)
+    if not advice.convert_fqns and not converted_expert_modules(advice, fmt) and fmt in FP8_OFF_RENDERERS:
         return FP8_OFF_RENDERERS[fmt](header, request)
     if fmt is ConfigFormat.TORCHTITAN_TOML:
         return _torchtitan_toml(advice, header)
@@ -248,13 +267,26 @@ def render(
         return _accelerate(advice, header)
     if fmt is ConfigFormat.TORCHAO:
         return _torchao(advice, header)
-    as_json = output is not None and output.lower().endswith(".json")
     return _filter(advice, header, as_json=as_json)
 
 
 def _torchtitan_toml(advice: Advice, header: list[str]) -> str:
+    experts = converted_expert_modules(advice, ConfigFormat.TORCHTITAN_TOML)
+    if not advice.convert_fqns:  # only the experts convert
+        return (
+            _comment(header)
+            + _comment(
+                ["torchtitan 0.2.x job config: merge these sections into your --job.config_file TOML."]
+            )
+            + "\n[model]\n"
+            + f"converters = [{_quoted(TORCHTITAN_0_2_EXPERTS_CONVERTER)}]\n"
+            + _torchtitan_toml_experts(experts)
+            + "\n[compile]\n"
+            + "enable = true  # float8 without torch.compile is slower than bf16\n"
+        )
     entries = advice.filter_fqns
     filter_value = "[]\n" if not entries else "[\n" + _string_list_lines(entries, "  ") + "]\n"
+    converters = ["quantize.linear.float8"] + ([TORCHTITAN_0_2_EXPERTS_CONVERTER] if experts else [])
     return (
         _comment(header)
         + _comment(
@@ -266,12 +298,29 @@ def _torchtitan_toml(advice: Advice, header: list[str]) -> str:
             ]
         )
         + "\n[model]\n"
-        + 'converters = ["quantize.linear.float8"]\n'
+        + f"converters = [{', '.join(map(_quoted, converters))}]\n"
         + "\n[quantize.linear.float8]\n"
         + f"recipe_name = {_quoted(advice.recipe.value)}\n"
         + f"filter_fqns = {filter_value}"
+        + (_torchtitan_toml_experts(experts) if experts else "")
         + "\n[compile]\n"
         + "enable = true  # float8 without torch.compile is slower than bf16\n"
+    )
+
+
+#: torchtitan 0.2.0's converter for MoE grouped GEMMs and its section (at tag v0.2.0:
+#: torchtitan/components/quantization/float8.py `Float8GroupedMMConverter`, torchtitan/config/job_config.py
+#: `Float8GroupedMM.fqns`).
+TORCHTITAN_0_2_EXPERTS_CONVERTER = "quantize.grouped_mm.float8"
+
+
+def _torchtitan_toml_experts(modules: tuple[str, ...]) -> str:
+    return (
+        "\n[quantize.grouped_mm.float8]\n"
+        + "# the expert modules whose grouped GEMMs run in float8 (a module whose FQN holds an entry)\n"
+        + "fqns = [\n"
+        + _string_list_lines(modules, "  ")
+        + "]\n"
     )
 
 
@@ -282,16 +331,216 @@ def unmatched_filter_entries(advice: Advice) -> list[str]:
 
 def format_warnings(advice: Advice, fmt: ConfigFormat | str) -> list[str]:
     """What to tell the user (on stderr, never in the file) about writing `fmt` for this model: a torchtitan
-    config written from another torchtitan version's Linear names (`fp8advisor.titan.version_mismatch`)."""
+    config written from another torchtitan version's Linear names (`fp8advisor.titan.version_mismatch`), and
+    what the file cannot do with the MoE experts (`expert_warnings`)."""
     fmt = parse_format(fmt)
+    warnings = expert_warnings(advice, fmt)
     version = {
         ConfigFormat.TORCHTITAN_TOML: titan.TORCHTITAN_0_2,
         ConfigFormat.TORCHTITAN_PY: titan.TORCHTITAN_0_3,
     }
     if fmt not in version:
-        return []
+        return warnings
     warning = titan.version_mismatch(advice.layers, version[fmt])
-    return [] if warning is None else [warning]
+    return ([] if warning is None else [warning]) + warnings
+
+
+# --- MoE experts -------------------------------------------------------------------------------------------
+# Grouped experts (3-D weights through grouped GEMMs) are not nn.Linear: each format that can convert them
+# has its own switch (`formats.EXPERT_FORMATS`); the others keep them in bf16 and say so. Experts held as a
+# list of nn.Linear are Linear layers like any other: the advice's filter converts them.
+
+
+def converted_expert_modules(advice: Advice, fmt: ConfigFormat) -> tuple[str, ...]:
+    """The modules holding grouped expert weights that the file of `fmt` converts, sorted: the advised groups'
+    (torchtitan 0.2, torchao: by name), every group or none (torchtitan 0.3: `formats.all_or_none_converts`),
+    none for a format that cannot convert grouped experts."""
+    groups = grouped_expert_groups(advice.experts)
+    if fmt not in EXPERT_FORMATS or not groups:
+        return ()
+    if fmt in ALL_OR_NONE_EXPERT_FORMATS:
+        chosen = groups if all_or_none_converts(groups, advice.min_speedup) else ()
+    else:
+        chosen = tuple(group for group in groups if group.convert)
+    return tuple(sorted({module for group in chosen for module in expert_modules(group)}))
+
+
+def _groups_words(groups) -> str:
+    """`3 expert groups (layers.1.moe.experts, ...; E 8, top_k 2, 512 rows per expert)`."""
+    first = groups[0]
+    names = first.group + (", ..." if len(groups) > 1 else "")
+    top_k = "unknown" if first.top_k is None else str(first.top_k)
+    rows = "" if first.M_per_expert is None else f", {first.M_per_expert:g} rows per expert"
+    plural = "s" if len(groups) > 1 else ""
+    return f"{len(groups)} expert group{plural} ({names}; E {first.n_experts}, top_k {top_k}{rows})"
+
+
+def _predicted_words(groups) -> str:
+    """The advice's figure for `groups`: total predicted speedup, its range under imbalance, provenance."""
+    total = experts_total_speedup(groups)
+    if total is None:
+        return "no speedup predicted"
+    lows = [group.speedup_range[0] for group in groups if group.speedup_range]
+    highs = [group.speedup_range[1] for group in groups if group.speedup_range]
+    spread = f" ({min(lows):.2f}x to {max(highs):.2f}x under the stated imbalance)" if lows and highs else ""
+    provenance = sorted({group.provenance for group in groups if group.provenance})
+    label = f", {'/'.join(provenance)}" if provenance else ""
+    return f"predicted {total:.2f}x over bf16{spread}{label}"
+
+
+def _decision_words(advice: Advice, groups) -> str:
+    converted = [group for group in groups if group.convert]
+    kept = [group for group in groups if not group.convert]
+    parts = []
+    if converted:
+        parts.append(f"float8 for {_groups_words(converted)}, {_predicted_words(converted)}")
+    if kept:
+        parts.append(
+            f"bf16 for {_groups_words(kept)}, {_predicted_words(kept)} "
+            f"(under --min-speedup {advice.min_speedup:g})"
+        )
+    return "; ".join(parts)
+
+
+def _linear_list_note(advice: Advice) -> list[str]:
+    groups = [group for group in advice.experts if group not in grouped_expert_groups(advice.experts)]
+    if not groups:
+        return []
+    return _wrapped(
+        f"MoE experts as lists of nn.Linear ({_groups_words(groups)}): converted Linear by Linear like any "
+        f"layer, as the advice decides them ({_decision_words(advice, groups)})."
+    )
+
+
+def expert_notes(advice: Advice, fmt: ConfigFormat) -> list[str]:
+    """The comment lines of the file of `fmt` on the MoE experts: what it does with them and why, the
+    advice's figures. Empty for a dense model (its files stay byte for byte as before)."""
+    if not advice.experts:
+        return []
+    lines = _linear_list_note(advice)
+    groups = grouped_expert_groups(advice.experts)
+    routers = converted_routers(advice)
+    if routers:
+        lines += _wrapped(
+            f"WARNING: {', '.join(routers)} look like MoE routers (N = E next to the experts) and are "
+            "converted: routers are too small for float8."
+        )
+    if not groups:
+        return lines
+    advice_words = _decision_words(advice, groups)
+    modules = converted_expert_modules(advice, fmt)
+    if fmt is ConfigFormat.TORCHTITAN_PY:
+        lines += _titan_py_expert_note(advice, groups, modules, advice_words)
+    elif fmt is ConfigFormat.TORCHAO:
+        converting = (
+            f"quantize_(model, config=Float8TrainingOpConfig(), filter_fn=expert_filter_fn) swaps the 3-D "
+            f"weights of the {len(modules)} modules in FLOAT8_EXPERTS (torchao.prototype.moe_training) for "
+            "float8 grouped GEMMs: rowwise (torchao's only grouped recipe) whatever recipe the Linear layers "
+            "use."
+            if modules
+            else "no quantize_ call: they stay bf16."
+        )
+        lines += _wrapped(f"MoE experts: the advice says {advice_words}. {converting}")
+    elif fmt is ConfigFormat.TORCHTITAN_TOML:
+        converting = (
+            f'the "{TORCHTITAN_0_2_EXPERTS_CONVERTER}" converter (torchtitan v0.2.0 '
+            "Float8GroupedMMConverter) swaps the weights of each module whose FQN contains an fqns entry "
+            "for float8 rowwise grouped GEMMs, whatever recipe_name says; torchtitan 0.2.0 imports "
+            "torchao's MoETrainingConfig (the torchao of its time: later torchao renamed it) and refuses "
+            "pipeline and context parallelism with it."
+            if modules
+            else f'no "{TORCHTITAN_0_2_EXPERTS_CONVERTER}" converter: they stay bf16.'
+        )
+        lines += _wrapped(f"MoE experts: the advice says {advice_words}. {converting}")
+    elif fmt is ConfigFormat.MEGATRON:
+        lines += _wrapped(
+            "MoE experts: Megatron runs them as Transformer Engine grouped linears under .mlp.experts; the "
+            "default_bf16 matcher keeps them in bf16 here. The advice's figures are torchao's rowwise "
+            f"grouped GEMMs, which Transformer Engine has no recipe for ({advice_words}): this file does "
+            "not carry them. To try them in float8, add a matcher for *.mlp.experts.* before default_bf16 "
+            "and measure."
+        )
+    else:
+        name = {
+            ConfigFormat.NEMO_AUTOMODEL: "NeMo AutoModel's fp8: section (torchao convert_to_float8_training)",
+            ConfigFormat.ACCELERATE: "accelerate's AORecipeKwargs (torchao convert_to_float8_training)",
+        }.get(fmt, "a filter_fqns list")
+        lines += _wrapped(
+            f"MoE experts stay bf16 with this file: {name} converts nn.Linear only, and these experts are "
+            f"3-D weights run through grouped GEMMs. The advice says {advice_words}; --format torchtitan-py "
+            "or torchao can convert them."
+        )
+    return lines
+
+
+def _titan_py_expert_note(advice: Advice, groups, modules: tuple[str, ...], advice_words: str) -> list[str]:
+    mixed = len({group.convert for group in groups}) > 1
+    if modules:
+        lines = _wrapped(
+            "MoE experts: Float8GroupedExpertsConverter converts every GroupedExperts of the model (it has "
+            "no filter); its grouped GEMMs are float8 rowwise whatever recipe_name says (torchao's "
+            f"Float8TrainingOpConfig; token groups padded to 16). The advice says {advice_words}."
+        )
+    else:
+        lines = _wrapped(
+            f"MoE experts stay bf16: no Float8GroupedExpertsConverter. The advice says {advice_words}."
+        )
+    if mixed:
+        total = experts_total_speedup(groups)
+        shown = "none" if total is None else f"{total:.2f}x"
+        lines += _wrapped(
+            "torchtitan 0.3 cannot convert some expert groups and not others: this file converts "
+            f"{'all' if modules else 'none'} of them, by their total predicted speedup ({shown}, the sum of "
+            f"bf16 over float8 times) against --min-speedup {advice.min_speedup:g}. --format torchao "
+            "converts exactly the advised groups."
+        )
+    return lines
+
+
+def converted_routers(advice: Advice) -> list[str]:
+    """Converted Linear layers that look like the router of an expert group: under the same MoE module, with N
+    equal to the group's number of experts. The advice never converts a router (N = E is small); this
+    guards a hand-built or future advice."""
+    found = []
+    for group in advice.experts:
+        parent = group.group.rpartition(".")[0]
+        members = set(group.members)
+        for layer in advice.layers:
+            if (
+                layer.convert
+                and layer.N == group.n_experts
+                and layer.fqn.startswith(parent + ".")
+                and layer.fqn not in members
+            ):
+                found.append(layer.fqn)
+    return sorted(set(found))
+
+
+def expert_warnings(advice: Advice, fmt: ConfigFormat) -> list[str]:
+    """The stderr lines on the experts: advised to convert but kept bf16 by a format that cannot convert them,
+    or converted all-or-none against part of the advice (torchtitan 0.3), or a router converted."""
+    warnings = []
+    routers = converted_routers(advice)
+    if routers:
+        warnings.append(f"warning: converted Linear layers look like MoE routers: {', '.join(routers)}")
+    groups = grouped_expert_groups(advice.experts)
+    advised = [group for group in groups if group.convert]
+    if not advised:
+        return warnings
+    if fmt not in EXPERT_FORMATS:
+        warnings.append(
+            f"warning: --format {fmt.value} cannot convert grouped MoE experts: the advice puts "
+            f"{_groups_words(advised)} in float8 ({_predicted_words(advised)}), this file keeps them in "
+            "bf16; --format torchtitan-py or torchao can convert them"
+        )
+    elif fmt in ALL_OR_NONE_EXPERT_FORMATS and len(advised) != len(groups):
+        what = "all" if converted_expert_modules(advice, fmt) else "none"
+        warnings.append(
+            "warning: torchtitan 0.3 converts every expert group or none: the advice converts "
+            f"{len(advised)} of {len(groups)}, this file converts {what} (by their total predicted "
+            "speedup); --format torchao converts exactly the advised groups"
+        )
+    return warnings
 
 
 def _torchtitan_py(advice: Advice, header: list[str], request: Request) -> str:
@@ -303,16 +552,42 @@ def _torchtitan_py(advice: Advice, header: list[str], request: Request) -> str:
         )
     entries = advice.filter_fqns
     filter_value = "[]" if not entries else "[\n" + _string_list_lines(entries, " " * 20) + " " * 16 + "]"
+    experts = bool(converted_expert_modules(advice, ConfigFormat.TORCHTITAN_PY))
+    linear = bool(advice.convert_fqns)
+    converters = ""
+    if linear:
+        converters += (
+            "            Float8LinearConverter.Config(\n"
+            + f"                recipe_name={_quoted(advice.recipe.value)},\n"
+            + f"                filter_fqns={filter_value},\n"
+            + "                model_compile_enabled=True,\n"
+            + "            ),\n"
+        )
+    if experts:
+        converters += (
+            "            # every GroupedExperts: rowwise grouped GEMMs, whatever recipe_name says\n"
+            "            Float8GroupedExpertsConverter.Config(model_compile_enabled=True),\n"
+        )
+    imported = ", ".join(
+        name
+        for name, wanted in (("Float8GroupedExpertsConverter", experts), ("Float8LinearConverter", linear))
+        if wanted
+    )
+    what = (
+        "Keep the Float8LinearConverter.Config call as generated. filter_fqns keeps in bf16 every Linear\n"
+        "whose FQN contains an entry (substring match).\n"
+        if linear
+        else "No Linear layer is worth converting: only the MoE experts run in float8.\n"
+    )
     return (
         _comment(header)
         + '"""A torchtitan 0.3 recipe function with the float8 layers fp8advisor advised.\n'
         + "\n"
         + _torchtitan_model_lines(request)
-        + "Keep the Float8LinearConverter.Config call as generated. filter_fqns keeps in bf16 every Linear\n"
-        + "whose FQN contains an entry (substring match).\n"
+        + what
         + '"""\n'
         + "\n"
-        + "from torchtitan.components.quantization import Float8LinearConverter\n"
+        + f"from torchtitan.components.quantization import {imported}\n"
         + _torchtitan_imports(request)
         + "\n"
         + "\n"
@@ -322,11 +597,7 @@ def _torchtitan_py(advice: Advice, header: list[str], request: Request) -> str:
         + "    config.model_spec = model_registry(\n"
         + "        FLAVOR,\n"
         + "        converters=[\n"
-        + "            Float8LinearConverter.Config(\n"
-        + f"                recipe_name={_quoted(advice.recipe.value)},\n"
-        + f"                filter_fqns={filter_value},\n"
-        + "                model_compile_enabled=True,\n"
-        + "            ),\n"
+        + converters
         + "        ],\n"
         + "    )\n"
         + "    return config\n"
@@ -456,31 +727,66 @@ def _accelerate(advice: Advice, header: list[str]) -> str:
 
 
 def _torchao(advice: Advice, header: list[str]) -> str:
+    experts = converted_expert_modules(advice, ConfigFormat.TORCHAO)
+    linear = bool(advice.convert_fqns)
+    imports = "import torch\n"
+    constants = functions = calls = ""
+    if linear:
+        imports += "from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n"
+        constants += f"FLOAT8_LAYERS = {_exact_set_literal(advice.module_filter_fqns)}\n"
+        functions += (
+            "\n"
+            "\n"
+            "def module_filter_fn(module, fqn):\n"
+            '    """True: convert this nn.Linear to float8. An exact FQN match, no substring rule."""\n'
+            "    return fqn in FLOAT8_LAYERS\n"
+        )
+        calls += (
+            "    convert_to_float8_training(\n"
+            "        model,\n"
+            f"        config=Float8LinearConfig.from_recipe_name({_quoted(advice.recipe.value)}),\n"
+            "        module_filter_fn=module_filter_fn,\n"
+            "    )\n"
+        )
+    if experts:
+        imports += (
+            "from torchao.prototype.moe_training.config import Float8TrainingOpConfig\n"
+            "from torchao.quantization.quant_api import quantize_\n"
+        )
+        constants += f"FLOAT8_EXPERTS = {_exact_set_literal(experts)}\n"
+        functions += (
+            "\n"
+            "\n"
+            "def expert_filter_fn(module, fqn):\n"
+            '    """True: swap its expert weights for float8 grouped GEMMs. An exact FQN match."""\n'
+            "    return fqn in FLOAT8_EXPERTS\n"
+        )
+        calls += (
+            "    # float8 rowwise grouped GEMMs (torch._grouped_mm on these weights), any Linear recipe\n"
+            "    quantize_(model, config=Float8TrainingOpConfig(), filter_fn=expert_filter_fn)\n"
+        )
+    what = (
+        "torchao float8 training on exactly the Linear layers fp8advisor advised.\n"
+        if not experts
+        else "torchao float8 training on exactly the Linear layers and MoE experts fp8advisor advised.\n"
+    )
     return (
         _comment(header)
-        + '"""torchao float8 training on exactly the Linear layers fp8advisor advised.\n'
+        + '"""'
+        + what
         + "\n"
         + "Call convert_model(model) on the module whose FQNs these are, before wrapping it for data\n"
         + "parallelism: it converts the advised layers and returns the model compiled (torch.compile).\n"
         + '"""\n'
         + "\n"
-        + "import torch\n"
-        + "from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n"
+        + imports
         + "\n"
-        + f"FLOAT8_LAYERS = {_exact_set_literal(advice.module_filter_fqns)}\n"
-        + "\n"
-        + "\n"
-        + "def module_filter_fn(module, fqn):\n"
-        + '    """True: convert this nn.Linear to float8. An exact FQN match, no substring rule."""\n'
-        + "    return fqn in FLOAT8_LAYERS\n"
+        + constants
+        + functions
         + "\n"
         + "\n"
         + "def convert_model(model: torch.nn.Module) -> torch.nn.Module:\n"
-        + "    convert_to_float8_training(\n"
-        + "        model,\n"
-        + f"        config=Float8LinearConfig.from_recipe_name({_quoted(advice.recipe.value)}),\n"
-        + "        module_filter_fn=module_filter_fn,\n"
-        + "    )\n"
+        + calls
         + "    return torch.compile(model)  # float8 without torch.compile is slower than bf16\n"
     )
 
@@ -595,6 +901,7 @@ def _megatron(advice: Advice, request: Request, predictor: Predictor | None) -> 
             indent="    ",
         ),
     ]
+    notes += expert_notes(advice, ConfigFormat.MEGATRON)
     body = yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=1000)
     return _comment(header) + _comment(notes) + body
 
@@ -749,6 +1056,10 @@ __all__ = [
     "pinned_command",
     "check",
     "check_format_recipe",
+    "converted_expert_modules",
+    "converted_routers",
+    "expert_notes",
+    "expert_warnings",
     "fp8_off_reason",
     "leaves_fp8_off",
     "what_the_file_does",

@@ -95,6 +95,51 @@ def parse_format(name: str | ConfigFormat) -> ConfigFormat:
     return fmt
 
 
+#: Formats whose file can hold the decision for grouped experts (3-D weights run through grouped GEMMs):
+#: torchtitan 0.2 `[quantize.grouped_mm.float8] fqns` (substring), torchtitan 0.3
+#: `Float8GroupedExpertsConverter` (every GroupedExperts, or none), torchao `quantize_(...,
+#: Float8TrainingOpConfig(), filter_fn=...)` (exact). The others (NeMo AutoModel, accelerate, the filter list,
+#: megatron) convert nn.Linear only: grouped experts stay bf16 there.
+EXPERT_FORMATS: frozenset[ConfigFormat] = frozenset(
+    {ConfigFormat.TORCHTITAN_TOML, ConfigFormat.TORCHTITAN_PY, ConfigFormat.TORCHAO}
+)
+#: Formats whose expert conversion has no filter: torchtitan 0.3's converter swaps every GroupedExperts.
+ALL_OR_NONE_EXPERT_FORMATS: frozenset[ConfigFormat] = frozenset({ConfigFormat.TORCHTITAN_PY})
+
+#: `ExpertAdvice.form` of experts held as 3-D weights (`layers.ExpertForm.GROUPED`); the other form, a list of
+#: nn.Linear, is converted Linear by Linear like any other layer.
+GROUPED_FORM = "grouped"
+
+
+def grouped_expert_groups(experts) -> tuple:
+    """The groups of `Advice.experts` held as 3-D weights (the ones a grouped-experts converter handles)."""
+    return tuple(group for group in experts if group.form == GROUPED_FORM)
+
+
+def expert_modules(group) -> tuple[str, ...]:
+    """The modules that hold a grouped group's 3-D weights (each member's parent FQN), sorted: what torchao's
+    `quantize_` must match to swap their parameters (it swaps every parameter of a matched module)."""
+    return tuple(sorted({member.rpartition(".")[0] for member in group.members}))
+
+
+def experts_total_speedup(groups) -> float | None:
+    """Sum of bf16 over sum of float8 predicted times of `groups` (None: no float8 time predicted)."""
+    bf16 = sum(group.bf16_time_s for group in groups)
+    float8 = sum(group.float8_time_s for group in groups)
+    return bf16 / float8 if bf16 > 0 and float8 > 0 else None
+
+
+def all_or_none_converts(groups, min_speedup: float) -> bool:
+    """What a format that converts every expert group or none does with `groups` (grouped form): all when the
+    advice converts all, none when it converts none; when it converts some, all exactly when their total
+    predicted speedup (`experts_total_speedup`) reaches `min_speedup`."""
+    decisions = {group.convert for group in groups}
+    if len(decisions) <= 1:
+        return decisions == {True}
+    total = experts_total_speedup(groups)
+    return total is not None and total >= min_speedup
+
+
 #: How the header line holding the regenerate command starts (written by `emit.header_lines`).
 CHECK_PREFIX = "check in CI: "
 
@@ -159,12 +204,19 @@ def read_header(text: str) -> SuggestHeader | None:
 
 
 __all__ = [
+    "ALL_OR_NONE_EXPERT_FORMATS",
     "CHECK_PREFIX",
+    "EXPERT_FORMATS",
+    "GROUPED_FORM",
     "FILE_FORMATS",
     "FILTER_FQNS_MEANING",
     "SUBSTRING_FORMATS",
     "ConfigFormat",
     "SuggestHeader",
+    "all_or_none_converts",
+    "expert_modules",
+    "experts_total_speedup",
+    "grouped_expert_groups",
     "parse_format",
     "read_header",
 ]

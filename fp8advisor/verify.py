@@ -60,6 +60,12 @@ from fp8advisor.configs import AUTO_FILTER_FLAG, FrameworkConfig, read_config
 from fp8advisor.device import MIN_FP8_CAPABILITY
 from fp8advisor.errors import AdvisorError, TargetError
 from fp8advisor.filters import entries_matching_nothing
+from fp8advisor.formats import (
+    ALL_OR_NONE_EXPERT_FORMATS,
+    all_or_none_converts,
+    expert_modules,
+    grouped_expert_groups,
+)
 from fp8advisor.layers import LayerStatus, ModelLayers, block_shape
 from fp8advisor.recipes import Recipe, float8_config, parse_recipe, sqnr_db
 from fp8advisor.target import TargetSpec
@@ -98,6 +104,7 @@ class DifferenceKind(str, Enum):
     NO_FLOAT8 = "float8 missing where converted"
     UNEXPECTED_FLOAT8 = "float8 where not converted"
     NUMERICS = "numerics"
+    EXPERTS = "experts differ from the advice"
 
     def __str__(self) -> str:
         return self.value
@@ -170,6 +177,32 @@ class LayerCheck:
 
 
 @dataclass(frozen=True)
+class ExpertCheck:
+    """One group of grouped MoE experts: what the config does with its 3-D weights, what the advice says."""
+
+    group: str  # ExpertAdvice.group
+    modules: tuple[str, ...]  # the modules holding its 3-D weights
+    advised: bool  # what the advice says (ExpertAdvice.convert)
+    expected: bool  # what a config of this format should do (all-or-none for torchtitan 0.3)
+    converted: bool | None  # what the config does; None: its format cannot convert grouped experts
+    predicted_speedup: float | None
+    provenance: str | None
+    problems: tuple[str, ...] = ()
+
+    def to_json(self) -> dict:
+        return {
+            "group": self.group,
+            "modules": list(self.modules),
+            "advised": self.advised,
+            "expected": self.expected,
+            "converted": self.converted,
+            "predicted_speedup": None if self.predicted_speedup is None else round(self.predicted_speedup, 4),
+            "provenance": self.provenance,
+            "problems": list(self.problems),
+        }
+
+
+@dataclass(frozen=True)
 class Execution:
     """How the forward and backward were run."""
 
@@ -210,6 +243,7 @@ class VerifyReport:
     execution: Execution
     sqnr_threshold_db: float = SQNR_THRESHOLD_DB
     notes: tuple[str, ...] = ()
+    experts: tuple[ExpertCheck, ...] = ()  # one per group of grouped MoE experts (empty: a dense model)
 
     @property
     def passed(self) -> bool:
@@ -243,6 +277,7 @@ class VerifyReport:
             "advised": list(self.advised),
             "differences": [difference.to_json() for difference in self.differences],
             "layers": [layer.to_json() for layer in self.layers],
+            "experts": [group.to_json() for group in self.experts],
             "notes": list(self.notes),
         }
 
@@ -733,6 +768,8 @@ def verify(
     shapes_model = copy.deepcopy(meta.model)  # meta tensors: no memory; kept unconverted for the shadow
     device = _execution_device()
     converted = convert(meta.model, config, run_recipe, emulate=device.emulate)
+    expert_checks, expert_differences, expert_notes = check_experts(advice, config, meta.model)
+    differences.extend(expert_differences)
 
     # 3. Run one traced step: the model itself when small enough, else its shadow.
     linear_layers = [layer for layer in model_layers.layers if layer.is_linear]
@@ -789,11 +826,138 @@ def verify(
         sqnr_threshold_db=sqnr_threshold_db,
         notes=tuple(
             dict.fromkeys(
-                (*config.notes, *model_layers.notes, *step.notes)
+                (*config.notes, *model_layers.notes, *step.notes, *expert_notes)
                 + ((model_layers.seq_warning,) if model_layers.seq_warning else ())
             )
         ),
+        experts=expert_checks,
     )
+
+
+# ----------------------------------------------------------------------------------------------------
+# MoE experts (grouped form): their conversion, checked on the meta model
+
+
+def swapped_expert_modules(model: nn.Module) -> set[str]:
+    """FQNs of the modules whose own parameters torchao's moe_training swapped to its float8 weight wrapper
+    (`Float8TrainingWeightWrapperTensor`: its `torch._grouped_mm` calls run float8 grouped GEMMs)."""
+    from torchao.prototype.moe_training.tensor import Float8TrainingWeightWrapperTensor
+
+    return {
+        fqn
+        for fqn, module in model.named_modules()
+        if any(isinstance(p, Float8TrainingWeightWrapperTensor) for p in module.parameters(recurse=False))
+    }
+
+
+def convert_experts(model: nn.Module, config: FrameworkConfig, groups) -> set[str]:
+    """Convert the grouped experts of `model` in place as the config's framework would; return the modules
+    whose parameters were swapped. torchao and torchtitan 0.2: torchao's own `quantize_(model,
+    Float8TrainingOpConfig(), filter_fn=<the file's filter>)`. torchtitan 0.3 swaps every GroupedExperts, a
+    torchtitan class a model of any other code does not have: simulated as every module of every group."""
+    if not config.converts_experts:
+        return set()
+    if config.expert_filter is None:
+        return {module for group in groups for module in expert_modules(group)}
+    from torchao.prototype.moe_training.config import Float8TrainingOpConfig
+    from torchao.quantization.quant_api import quantize_
+
+    quantize_(model, config=Float8TrainingOpConfig(), filter_fn=config.expert_filter)
+    return swapped_expert_modules(model)
+
+
+#: Why the step runs the experts in bf16 (module docstring: verify's step runs on the CPU, emulated).
+EXPERTS_NOT_RUN = (
+    "the MoE experts' float8 conversion was checked on the meta model (parameters swapped to torchao's "
+    "Float8TrainingWeightWrapperTensor), not run: torchao's float8 grouped GEMM casts with Triton kernels "
+    "and multiplies with torch._scaled_grouped_mm, CUDA only (no emulated path), so the step runs them"
+    " in bf16"
+)
+
+
+def check_experts(
+    advice, config: FrameworkConfig, model: nn.Module
+) -> tuple[tuple[ExpertCheck, ...], list[Difference], list[str]]:
+    """The config's grouped experts against the advice (`Advice.experts`): converted on `model` (the meta
+    model) as the framework would; one check per group, the differences, and notes. A format that cannot
+    convert grouped experts keeps them in bf16: a note, no difference. Experts held as lists of nn.Linear are
+    checked as Linear layers."""
+    groups = grouped_expert_groups(advice.experts)
+    if not groups:
+        return (), [], []
+    if config.converts_experts is None:
+        advised = [group for group in groups if group.convert]
+        said = (
+            f"the advice converts {len(advised)} of the {len(groups)} expert groups"
+            if advised
+            else "so does the advice"
+        )
+        return (
+            tuple(_expert_check(group, group.convert, None, ()) for group in groups),
+            [],
+            [
+                f"{config.framework.value} cannot convert grouped MoE experts: they stay bf16 with this file "
+                f"({said}); --format torchtitan-py or torchao can hold that decision"
+            ],
+        )
+    all_or_none = config.framework in ALL_OR_NONE_EXPERT_FORMATS
+    together = all_or_none_converts(groups, advice.min_speedup) if all_or_none else None
+    swapped = convert_experts(model, config, groups)
+    checks, differences = [], []
+    for group in groups:
+        expected = together if together is not None else group.convert
+        modules = expert_modules(group)
+        done = [module in swapped for module in modules]
+        converted = all(done)
+        problems = []
+        if any(done) and not converted:
+            missing = [m for m, d in zip(modules, done, strict=True) if not d]
+            problems.append(f"only part of the group converts: {', '.join(missing)} stay bf16")
+        elif converted != expected:
+            problems.append(_expert_mismatch(group, expected, all_or_none))
+        checks.append(_expert_check(group, expected, converted, tuple(problems)))
+        differences += [Difference(DifferenceKind.EXPERTS, group.group, problem) for problem in problems]
+    known = {module for group in groups for module in expert_modules(group)}
+    for module in sorted(swapped - known):
+        differences.append(
+            Difference(
+                DifferenceKind.EXPERTS,
+                module,
+                "the config's expert filter swaps its parameters: not an expert group",
+            )
+        )
+    notes = [EXPERTS_NOT_RUN] if swapped else []
+    if all_or_none and len({group.convert for group in groups}) > 1:
+        notes.append(
+            f"{config.framework.value} converts every expert group or none: checked against that choice "
+            f"({'all' if together else 'none'}, by the groups' total predicted speedup)"
+        )
+    return tuple(checks), differences, notes
+
+
+def _expert_check(group, expected: bool, converted: bool | None, problems: tuple[str, ...]) -> ExpertCheck:
+    return ExpertCheck(
+        group=group.group,
+        modules=expert_modules(group),
+        advised=group.convert,
+        expected=expected,
+        converted=converted,
+        predicted_speedup=group.predicted_speedup,
+        provenance=group.provenance,
+        problems=problems,
+    )
+
+
+def _expert_mismatch(group, expected: bool, all_or_none: bool) -> str:
+    figure = (
+        "no prediction" if group.predicted_speedup is None else f"predicted {group.predicted_speedup:.2f}x"
+    )
+    if group.provenance:
+        figure += f", {group.provenance}"
+    whose = "the all-or-none choice" if all_or_none and expected != group.convert else "the advice"
+    if expected:
+        return f"{whose} converts it ({figure}), the config keeps it in bf16"
+    return f"the config converts it, {whose} keeps it in bf16 ({figure})"
 
 
 @contextlib.contextmanager
@@ -1187,10 +1351,13 @@ __all__ = [
     "Difference",
     "DifferenceKind",
     "Execution",
+    "ExpertCheck",
     "LayerCheck",
     "OpTrace",
     "VerifyReport",
+    "check_experts",
     "convert",
+    "convert_experts",
     "layer_sqnr",
     "sqnr_db",
     "verify",

@@ -156,6 +156,27 @@ def _group(report) -> list[tuple[str, int, object]]:
     return [(row.pattern, row.count, list(row.members)) for row in fold_repeated(report.layers, same)]
 
 
+def _print_experts(report) -> None:
+    """One line per group of grouped MoE experts: what the config does with it, and the advice."""
+    for group in report.experts:
+        advised = "fp8" if group.advised else "bf16"
+        if group.converted is None:
+            state = Text("bf16 (this format cannot convert them)", style="dim")
+        else:
+            state = Text("fp8", style="green") if group.converted else Text("bf16", style="dim")
+        figure = "" if group.predicted_speedup is None else f", predicted {group.predicted_speedup:.2f}x"
+        check = (
+            Text("ok", style="green") if not group.problems else Text("; ".join(group.problems), style="red")
+        )
+        console.print(
+            Text(f"experts {group.group}: config ")
+            + state
+            + Text(f", advice {advised}{figure} ({group.provenance or 'no figure'}): ")
+            + check,
+            soft_wrap=True,
+        )
+
+
 def _print_report(report, settings) -> None:
     from_header = settings.from_header
     config = report.config
@@ -227,6 +248,7 @@ def _print_report(report, settings) -> None:
         check = Text("ok", style="green") if layer.ok else Text(kinds, style="red")
         table.add_row(pattern, str(count), f"{layer.K}x{layer.N}", decision, gemms, sqnr, check)
     console.print(table)
+    _print_experts(report)
     console.print(
         Text(
             "SQNR dB (output/input gradient): each converted layer alone, float8 vs its bf16 twin on the "
