@@ -459,7 +459,7 @@ def _print_report(advice: Advice, fp8_off: bool) -> None:
     console.print(summary)
     _print_legend(advice.figures_provenance(strategy.converted) for strategy in advice.strategies)
     if grouped:
-        console.print(_experts_share_line(advice), soft_wrap=True, markup=False, highlight=False)
+        console.print(_experts_share_line(advice), markup=False, highlight=False)
 
     if advice.recipe_options:
         options = Table(
@@ -540,8 +540,7 @@ def _print_experts(advice: Advice) -> None:
                 f"{MODELLED_MARK} modelled: the grouped roofline (one cast per group of tokens, per-expert "
                 "weight casts), not a measurement: measure with fp8advisor bench --grouped",
                 style="dim",
-            ),
-            soft_wrap=True,
+            )
         )
 
 
