@@ -517,7 +517,7 @@ def _print_experts(advice: Advice) -> None:
         pad_edge=False,
     )
     table.add_column("experts", overflow="fold")
-    for name in ("n", "E", "top_k", "M/expert", "speedup", *(["range"] if ranged else [])):
+    for name in ("n", "E", "k", "M/exp", "speedup", *(["range"] if ranged else [])):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("decision", no_wrap=True)
     footnotes: list[str] = []
@@ -534,7 +534,12 @@ def _print_experts(advice: Advice) -> None:
     console.print(table)
     for number, reason in enumerate(footnotes, start=1):
         console.print(f"[e{number}] {reason}", markup=False, highlight=False, soft_wrap=True)
-    if any(row.modelled for row in rows):
+    console.print(
+        Text(
+            "k: experts per token (top_k, ? unknown); M/exp: rows per expert at balanced routing", style="dim"
+        )
+    )
+    if any(row.modelled and row.form == "grouped" for row in rows):
         console.print(
             Text(
                 f"{MODELLED_MARK} modelled: the grouped roofline (one cast per group of tokens, per-expert "
@@ -542,6 +547,8 @@ def _print_experts(advice: Advice) -> None:
                 style="dim",
             )
         )
+    if any(row.modelled and row.form != "grouped" for row in rows):
+        console.print(Text(_LEGEND + " (expert Linears)", style="dim"))
 
 
 def _experts_share_line(advice: Advice) -> str:
