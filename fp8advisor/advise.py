@@ -31,7 +31,15 @@ from fp8advisor.filters import (
     dims_divisible_by_16,
     shortest_exact_filter,
 )
-from fp8advisor.layers import Folded, GemmLayer, LayerStatus, ModelLayers, fold_repeated
+from fp8advisor.layers import (
+    ExpertForm,
+    ExpertGroup,
+    Folded,
+    GemmLayer,
+    LayerStatus,
+    ModelLayers,
+    fold_repeated,
+)
 from fp8advisor.profile import PROVENANCE_RANK, weakest_provenance
 from fp8advisor.recipes import ALL_RECIPES, Recipe, parse_recipe
 
@@ -161,6 +169,9 @@ class Strategy:
     converted: tuple[str, ...]
     predicted_speedup: float | None
     note: str = ""
+    #: The groups of routed experts this strategy runs in float8 (`ExpertAdvice.group`): their grouped GEMMs
+    #: are outside the Linear time above (a ModuleList's expert Linears are inside it, in `converted`).
+    expert_groups: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         return {
@@ -168,6 +179,7 @@ class Strategy:
             "converted": len(self.converted),
             "predicted_speedup": None if self.predicted_speedup is None else round(self.predicted_speedup, 4),
             "note": self.note,
+            "expert_groups": len(self.expert_groups),
         }
 
 
@@ -217,6 +229,40 @@ class Advice:
     profile_decisions: Mapping[str, bool] = field(default_factory=dict)
     #: One decision per group of routed experts (MoE), in module order; empty for a dense model.
     experts: tuple[ExpertAdvice, ...] = ()
+    #: `--expert-imbalance`: the busiest expert's rows over the mean, for the experts' speedup ranges.
+    expert_imbalance: float = 1.0
+
+    @property
+    def grouped_experts(self) -> tuple[ExpertAdvice, ...]:
+        """The groups whose GEMMs are grouped (3-D weights): outside the Linear time, priced on their own."""
+        return tuple(group for group in self.experts if group.form == ExpertForm.GROUPED.value)
+
+    def gemm_speedup_with_experts(self, strategy: Strategy) -> float | None:
+        """All-bf16 time / the strategy's time over the Linear layers AND the grouped experts (None: no
+        grouped experts, or nothing predicted). The Linear-time speedups of `strategies` leave them out."""
+        timed = [group for group in self.grouped_experts if group.predicted_speedup is not None]
+        if not timed:
+            return None
+        linear = [layer for layer in self.layers if layer.counts_in_linear_time]
+        converted = set(strategy.converted)
+        bf16 = sum(layer.bf16_time_s for layer in linear) + sum(group.bf16_time_s for group in timed)
+        chosen = sum(
+            layer.float8_time_s if layer.fqn in converted else layer.bf16_time_s for layer in linear
+        ) + sum(
+            group.float8_time_s if group.group in strategy.expert_groups else group.bf16_time_s
+            for group in timed
+        )
+        return bf16 / chosen if chosen > 0 else None
+
+    @property
+    def experts_share(self) -> float | None:
+        """The grouped experts' share of the predicted all-bf16 GEMM time (Linear layers + grouped
+        experts)."""
+        experts = sum(group.bf16_time_s for group in self.grouped_experts if group.predicted_speedup)
+        if not experts:
+            return None
+        linear = sum(layer.bf16_time_s for layer in self.layers if layer.counts_in_linear_time)
+        return experts / (experts + linear)
 
     @property
     def converted_expert_groups(self) -> tuple[ExpertAdvice, ...]:
@@ -303,12 +349,28 @@ class Advice:
                 },
                 "recipe_options": [option.to_json() for option in self.recipe_options],
                 "weights": "predicted bf16 forward+backward time of each layer (see each layer's provenance)",
+                "with_grouped_experts": self._with_experts_json(),
             },
             "prediction_error": self.prediction_error.to_json() if self.prediction_error else None,
             "in_context": self._in_context_json(),
             "experts": [group.to_json() for group in self.experts],
+            "expert_imbalance": self.expert_imbalance,
             "warnings": list(self.warnings),
             "notes": list(self.notes),
+        }
+
+    def _with_experts_json(self) -> dict | None:
+        """The grouped experts' share of the bf16 GEMM time and each strategy's speedup counting them too."""
+        share = self.experts_share
+        if share is None:
+            return None
+        return {
+            "experts_share_of_bf16_gemm_time": round(share, 4),
+            "gemm_speedup": {
+                s.name: None if (v := self.gemm_speedup_with_experts(s)) is None else round(v, 4)
+                for s in self.strategies
+                if s.predicted_speedup is not None
+            },
         }
 
     def _in_context_json(self) -> dict | None:
@@ -473,6 +535,242 @@ def predicted_linear_speedup(
     return bf16_total / strategy_total
 
 
+# --- routed experts (MoE) -----------------------------------------------------------------------------------
+
+#: `expert_predictor(group, imbalance)` -> `predict.GroupTimes` (None: M per expert unknown).
+ExpertPredictor = Callable[[ExpertGroup, float], Any]
+
+
+def check_expert_imbalance(imbalance: float) -> float:
+    """`--expert-imbalance` as a float >= 1 (1.0: balanced routing), or one clear error."""
+    from fp8advisor.errors import AdvisorError
+
+    try:
+        value = float(imbalance)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value >= 1.0):
+        raise AdvisorError(
+            f"--expert-imbalance must be a number >= 1.0, not {imbalance}",
+            hint="the busiest expert's rows over the mean: 1.0 is balanced routing, e.g. 1.5",
+        )
+    return value
+
+
+def default_expert_predictor(profile_choice) -> ExpertPredictor:
+    """`fp8advisor.predict.predict_expert_group` for a profile, each distinct question answered once."""
+    from fp8advisor.predict import predict_expert_group
+
+    @functools.cache
+    def predict(group: ExpertGroup, imbalance: float):
+        return predict_expert_group(profile_choice, group, imbalance)
+
+    return predict
+
+
+def _router_reason(group: ExpertGroup) -> str:
+    return f"MoE router: N = E = {group.n_experts}, never converted"
+
+
+def _linear_list_range(
+    group: ExpertGroup, recipe: Recipe, predictor: Predictor, imbalance: float
+) -> tuple[float, float] | None:
+    """The speedup range of a ModuleList of expert Linears under `imbalance` (`roofline.routed_rows`), each
+    expert's Linears predicted at its rows with the Linear recipe; None for balanced routing or unknown M."""
+    from fp8advisor.predict import IMBALANCE_SAMPLES
+    from fp8advisor.roofline import routed_rows
+
+    highest = min(imbalance, group.n_experts)
+    if highest <= 1.0 or group.M_total is None:
+        return None
+    speedups = []
+    for i in range(IMBALANCE_SAMPLES):
+        rows = routed_rows(group.M_total, group.n_experts, highest ** (i / (IMBALANCE_SAMPLES - 1)))
+        bf16 = float8 = 0.0
+        for gemm in group.gemms:
+            for m in rows:
+                if m >= 0.5:  # an expert with no rows runs no Linear
+                    times = predictor(recipe, max(1, round(m)), gemm.K, gemm.N)
+                    bf16 += times.bf16_s
+                    float8 += times.float8_s
+        speedups.append(bf16 / float8)
+    return min(speedups), max(speedups)
+
+
+def _decide_group(
+    group: ExpertGroup,
+    by_fqn: Mapping[str, LayerAdvice],
+    recipe: Recipe,
+    min_speedup: float,
+    imbalance: float,
+    predictor: Predictor,
+    expert_predictor: ExpertPredictor,
+    tensor_parallel: int,
+) -> ExpertAdvice:
+    """One decision for a whole group: convert iff M per expert is known, every GEMM's K and N are multiples
+    of 16, and the group's predicted speedup (all its GEMMs' bf16 time / float8 time) reaches min_speedup."""
+    from fp8advisor.roofline import GROUPED_RECIPE
+
+    grouped = group.form is ExpertForm.GROUPED
+    common = dict(
+        group=group.fqn,
+        form=group.form.value,
+        members=group.member_fqns,
+        n_experts=group.n_experts,
+        top_k=group.top_k,
+        M_per_expert=group.M_per_expert,
+        recipe=(GROUPED_RECIPE if grouped else recipe).value,
+    )
+    timing: dict[str, Any] = {}
+    if grouped:
+        times = expert_predictor(group, imbalance) if group.M_total else None
+        if times is not None:
+            timing = dict(
+                predicted_speedup=times.bf16_s / times.float8_s,
+                speedup_range=times.speedup_range,
+                bf16_time_s=times.bf16_s,
+                float8_time_s=times.float8_s,
+                provenance=times.provenance,
+                how=times.how,
+            )
+    else:
+        members = [by_fqn[fqn] for fqn in group.member_fqns if fqn in by_fqn]
+        timed = [layer for layer in members if layer.counts_in_linear_time]
+        if group.M_total and timed:
+            bf16 = sum(layer.bf16_time_s for layer in timed)
+            float8 = sum(
+                layer.bf16_time_s / layer.predicted_speedup for layer in timed if layer.predicted_speedup
+            )
+            timing = dict(
+                predicted_speedup=bf16 / float8,
+                speedup_range=_linear_list_range(group, recipe, predictor, imbalance),
+                bf16_time_s=bf16,
+                float8_time_s=float8,
+                provenance=weakest_provenance({layer.provenance for layer in timed if layer.provenance}),
+                how=max((layer.how or "modelled" for layer in timed), key=lambda h: _HOW_RANK.get(h, 9)),
+            )
+    odd = [
+        f"{gemm.name} {gemm.K}x{gemm.N}" for gemm in group.gemms if not dims_divisible_by_16(gemm.K, gemm.N)
+    ]
+    if not grouped and tensor_parallel > 1 and not odd:
+        odd = [
+            f"{gemm.name} {gemm.K}x{gemm.N} in 1/{tensor_parallel} shards"
+            for gemm in group.gemms
+            if not (
+                dims_divisible_by_16(gemm.K // tensor_parallel, gemm.N)
+                and dims_divisible_by_16(gemm.K, gemm.N // tensor_parallel)
+            )
+        ]
+    kind = f"grouped {GROUPED_RECIPE.value}" if grouped else f"expert Linears, {recipe.value}"
+    if not timing:
+        why = "top_k unknown and the dispatch did not trace" if group.top_k is None else "no rows traced"
+        return ExpertAdvice(convert=False, reason=f"M per expert unknown ({why})", **common, **timing)
+    speedup = timing["predicted_speedup"]
+    if odd:
+        reason = f"K or N not divisible by 16 ({', '.join(odd)}): float8 GEMMs need multiples of 16"
+        return ExpertAdvice(convert=False, reason=reason, **common, **timing)
+    if speedup >= min_speedup:
+        return ExpertAdvice(
+            convert=True, reason=f"predicted {speedup:.2f}x >= {min_speedup:.2f} ({kind})", **common, **timing
+        )
+    return ExpertAdvice(
+        convert=False, reason=f"predicted {speedup:.2f}x < {min_speedup:.2f} ({kind})", **common, **timing
+    )
+
+
+def decide_experts(
+    model_layers: ModelLayers,
+    decided: Sequence[LayerAdvice],
+    recipe: Recipe,
+    min_speedup: float,
+    predictor: Predictor,
+    expert_predictor: ExpertPredictor,
+    *,
+    expert_imbalance: float = 1.0,
+    tensor_parallel: int = 1,
+) -> tuple[list[LayerAdvice], tuple[ExpertAdvice, ...]]:
+    """Decide each group of routed experts as one, and make the layer decisions follow.
+
+    Returns `decided` with: each router kept in bf16 (its N is E, whatever its size: never converted); each
+    ModuleList group's expert Linears converted all or none, as their group (each keeps its own per-expert M
+    and prediction); and the groups' decisions. Grouped (3-D) experts are not Linear layers: `decided` keeps
+    them as they were (not convertible by a Linear converter) and the group decision is what converts them.
+    """
+    by_fqn = {layer.fqn: layer for layer in decided}
+    experts = tuple(
+        _decide_group(
+            group, by_fqn, recipe, min_speedup, expert_imbalance, predictor, expert_predictor, tensor_parallel
+        )
+        for group in model_layers.expert_groups
+    )
+    overrides: dict[str, tuple[bool, str]] = {}
+    for group, choice in zip(model_layers.expert_groups, experts, strict=True):
+        if group.router is not None:
+            overrides[group.router] = (False, _router_reason(group))
+        if group.form is ExpertForm.LINEAR_LIST:
+            for fqn in group.member_fqns:
+                overrides[fqn] = (
+                    choice.convert,
+                    f"routed experts {group.fqn} decided as one: {choice.reason}",
+                )
+    followed = [
+        replace(
+            layer,
+            convert=overrides[layer.fqn][0] and layer.counts_in_linear_time,
+            reason=overrides[layer.fqn][1],
+        )
+        if layer.fqn in overrides
+        else layer
+        for layer in decided
+    ]
+    return followed, experts
+
+
+def _expert_warnings(
+    model_layers: ModelLayers, experts: Sequence[ExpertAdvice], recipe: Recipe, tensor_parallel: int
+) -> tuple[list[str], list[str]]:
+    """(warnings, notes) about the routed experts."""
+    from fp8advisor.roofline import GROUPED_RECIPE
+
+    warnings: list[str] = []
+    notes: list[str] = []
+    if not experts:
+        return warnings, notes
+    unknown = [group.fqn for group in model_layers.expert_groups if group.top_k is None]
+    if unknown:
+        warnings.append(
+            f"top_k unknown for {len(unknown)} expert group(s) (e.g. {unknown[0]}): the model does not show "
+            "it, so M per expert is the traced rows / E, or unknown"
+        )
+    small = sorted(
+        {round(e.M_per_expert, 1) for e in experts if e.M_per_expert is not None and e.M_per_expert < 16}
+    )
+    if small:
+        warnings.append(
+            f"M per expert below 16 ({', '.join(map(str, small[:3]))}): each expert multiplies fewer rows "
+            "than one float8 token group (padded to 16); its GEMMs are memory-bound and gain little: raise "
+            "batch x seq"
+        )
+    modelled = [e for e in experts if e.predicted_speedup is not None and e.provenance == "modelled"]
+    if modelled:
+        warnings.append(
+            f"{len(modelled)} expert group figure(s) come from the grouped roofline model, not a "
+            "measurement: measure this GPU with `fp8advisor bench --grouped` and `fit` before relying on them"
+        )
+    grouped_convert = [e for e in experts if e.convert and e.form == ExpertForm.GROUPED.value]
+    if grouped_convert and recipe is not GROUPED_RECIPE:
+        notes.append(
+            f"routed experts run {GROUPED_RECIPE.value}: torchao's float8 grouped GEMMs are rowwise only, "
+            f"whatever the Linear recipe ({recipe.value})"
+        )
+    if tensor_parallel > 1:
+        notes.append(
+            f"--tp {tensor_parallel}: routed experts are predicted with every expert's full K x N on one "
+            "GPU; expert parallelism and tensor-parallel expert shards are not modelled"
+        )
+    return warnings, notes
+
+
 # --- torchao's own auto filter ------------------------------------------------------------------------------
 
 
@@ -552,6 +850,7 @@ def _choose_recipe(
     min_speedup: float,
     tensor_parallel: int,
     candidates: Sequence[Recipe] = ALL_RECIPES,
+    expert_predictor: ExpertPredictor | None = None,
 ) -> tuple[Recipe, str, tuple[RecipeOption, ...]]:
     """`--recipe auto`: the recipe with the lowest predicted Linear time, compared within one provenance."""
     options = []
@@ -559,6 +858,16 @@ def _choose_recipe(
         if hasattr(profile_choice, "covers") and not profile_choice.covers(recipe):
             continue
         decided = decide_layers(model_layers.layers, recipe, predictor, min_speedup, tensor_parallel)
+        if model_layers.expert_groups:  # expert Linears convert as their group, routers never
+            decided, _ = decide_experts(
+                model_layers,
+                decided,
+                recipe,
+                min_speedup,
+                predictor,
+                expert_predictor,
+                tensor_parallel=tensor_parallel,
+            )
         timed = [layer for layer in decided if layer.counts_in_linear_time]
         if not timed:
             continue
@@ -601,6 +910,8 @@ def advise(
     predictor: Predictor | None = None,
     auto_recipes: Sequence[Recipe] = ALL_RECIPES,
     in_context: Callable[[Recipe], Any] | None = None,
+    expert_imbalance: float = 1.0,
+    expert_predictor: ExpertPredictor | None = None,
 ) -> Advice:
     """Decide, layer by layer, whether float8 pays, and build the filter list that realises the decision.
 
@@ -610,6 +921,12 @@ def advise(
     rule). `predictor`: replaces the profile's predictions (tests). `auto_recipes`: the recipes "auto" may
     pick (torchtitan 0.3 has no tensorwise). `in_context(recipe)`: the in-context results for the chosen
     recipe (`fp8advisor.measured.InContext`) or None; the layers they decide are decided by them.
+
+    Routed experts (`model_layers.expert_groups`) are decided one group at a time (`decide_experts`), on
+    their prediction under balanced routing; `expert_imbalance` (>= 1: the busiest expert's rows over the
+    mean) gives each group's speedup range. `expert_predictor(group, imbalance)` replaces the profile's
+    grouped predictions (tests). The strategies' Linear-time speedups leave grouped experts out (see
+    `Advice.gemm_speedup_with_experts`).
     """
     if not (min_speedup > 0 and math.isfinite(min_speedup)):
         from fp8advisor.errors import AdvisorError
@@ -621,7 +938,9 @@ def advise(
         raise AdvisorError(
             f"--tp must be 1 or more, not {tensor_parallel}", hint="the tensor-parallel degree"
         )
+    expert_imbalance = check_expert_imbalance(expert_imbalance)
     predictor = predictor or default_predictor(profile_choice)
+    expert_predictor = expert_predictor or default_expert_predictor(profile_choice)
     profile_name = getattr(profile_choice, "name", str(profile_choice))
     profile_provenance = getattr(profile_choice, "provenance", "unknown")
     describe = getattr(profile_choice, "describe", None)
@@ -629,7 +948,13 @@ def advise(
 
     if str(recipe) == AUTO:
         chosen, recipe_reason, options = _choose_recipe(
-            model_layers, profile_choice, predictor, min_speedup, tensor_parallel, tuple(auto_recipes)
+            model_layers,
+            profile_choice,
+            predictor,
+            min_speedup,
+            tensor_parallel,
+            tuple(auto_recipes),
+            expert_predictor,
         )
     else:
         chosen, recipe_reason, options = parse_recipe(str(recipe)), "requested with --recipe", ()
@@ -639,21 +964,45 @@ def advise(
     profile_decisions: dict[str, bool] = {}
     if measured is not None:
         decided, profile_decisions = _decide_in_context(decided, measured)
+    decided, experts = decide_experts(
+        model_layers,
+        decided,
+        chosen,
+        min_speedup,
+        predictor,
+        expert_predictor,
+        expert_imbalance=expert_imbalance,
+        tensor_parallel=tensor_parallel,
+    )
     advised = {layer.fqn for layer in decided if layer.convert}
     filter_list = shortest_exact_filter(model_layers.layers, advised, framework)
 
+    routers = {group.router for group in model_layers.expert_groups if group.router is not None}
     convertible = {
         layer.fqn
         for layer in decided
-        if layer.counts_in_linear_time and dims_divisible_by_16(layer.K, layer.N)
+        if layer.counts_in_linear_time and dims_divisible_by_16(layer.K, layer.N) and layer.fqn not in routers
     }
+    advised_groups = tuple(e.group for e in experts if e.convert)
+    convertible_groups = tuple(
+        e.group
+        for e in experts
+        if e.predicted_speedup is not None and not e.reason.startswith("K or N not divisible")
+    )
     strategies = [
-        Strategy("advice", "this advice", tuple(sorted(advised)), predicted_linear_speedup(decided, advised)),
+        Strategy(
+            "advice",
+            "this advice",
+            tuple(sorted(advised)),
+            predicted_linear_speedup(decided, advised),
+            expert_groups=advised_groups,
+        ),
         Strategy(
             "all_convertible",
             "every convertible layer",
             tuple(sorted(convertible)),
             predicted_linear_speedup(decided, convertible),
+            expert_groups=convertible_groups,
         ),
     ]
     if not filter_list.exact:
@@ -665,6 +1014,7 @@ def advise(
                 tuple(sorted(filter_list.converted)),
                 predicted_linear_speedup(decided, filter_list.converted),
                 note="torchtitan / NeMo AutoModel: conflicting layers kept in bf16",
+                expert_groups=advised_groups,
             ),
         )
     strategies.append(_torchao_strategy(model_layers, chosen, decided, compare_torchao_auto))
@@ -681,6 +1031,7 @@ def advise(
         strategies,
         profile_choice,
     )
+    expert_warnings, expert_notes = _expert_warnings(model_layers, experts, chosen, tensor_parallel)
     return Advice(
         target=model_layers.target,
         batch=model_layers.batch,
@@ -695,12 +1046,14 @@ def advise(
         layers=tuple(decided),
         filter_list=filter_list,
         strategies=tuple(strategies),
-        warnings=tuple(warnings),
+        warnings=tuple(warnings + expert_warnings),
         recipe_options=options,
-        notes=tuple(model_layers.notes),
+        notes=tuple(model_layers.notes) + tuple(expert_notes),
         prediction_error=_fit_error(profile_choice, chosen),
         in_context=measured,
         profile_decisions=profile_decisions,
+        experts=experts,
+        expert_imbalance=expert_imbalance,
     )
 
 
@@ -875,8 +1228,12 @@ __all__ = [
     "LayerAdvice",
     "RecipeOption",
     "Strategy",
+    "ExpertAdvice",
     "advise",
+    "check_expert_imbalance",
+    "decide_experts",
     "decide_layers",
+    "default_expert_predictor",
     "default_predictor",
     "group_layers",
     "predicted_linear_speedup",

@@ -30,15 +30,25 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from fp8advisor.errors import ProfileError
 from fp8advisor.profile import Profile, ProfileChoice, SpeedupPoint
 from fp8advisor.recipes import BASELINE, Recipe
-from fp8advisor.roofline import GPU_SPECS, GpuSpecs, linear_fwd_bwd_time_s, roofline_speedup
+from fp8advisor.roofline import (
+    GPU_SPECS,
+    GROUPED_RECIPE,
+    GpuSpecs,
+    grouped_fwd_bwd_time_s,
+    linear_fwd_bwd_time_s,
+    roofline_speedup,
+    routed_rows,
+)
 
 INTERPOLATED = "interpolated"
 EXTRAPOLATED = "extrapolated"
@@ -344,15 +354,133 @@ def predicted_times_s(
     return LayerTimes(bf16_s, bf16_s / speedup.speedup, speedup, bf16_provenance, bf16_how)
 
 
+# --- routed experts (MoE) -----------------------------------------------------------------------------------
+
+#: The speedup range under `--expert-imbalance X` is the lowest and highest prediction over this many
+#: imbalance factors from 1 (balanced) to X, geometrically spaced, both ends included.
+IMBALANCE_SAMPLES = 5
+
+
+@dataclass(frozen=True)
+class GroupTimes:
+    """Predicted forward+backward time of one group of routed experts, summed over its GEMM sets.
+
+    `bf16_s` is the grouped roofline's bf16 time (modelled: a grouped profile gives speedups only);
+    `float8_s` that time over the predicted float8 (rowwise) speedup. `provenance` and `how` are those of the
+    speedup: "measured" and "interpolated"/"extrapolated" from a measured grouped profile, "modelled" from the
+    grouped roofline. `speedup_range` (low, high) under the stated imbalance, None for balanced routing only.
+    """
+
+    bf16_s: float
+    float8_s: float
+    provenance: str
+    how: str
+    detail: str
+    speedup_range: tuple[float, float] | None = None
+
+    @property
+    def speedup(self) -> float:
+        return self.bf16_s / self.float8_s
+
+
+def _grouped_sources(profile) -> tuple[Any, GpuSpecs]:
+    """The measured grouped profile for the rowwise recipe (None: none) and the roofline constants that go
+    with the profile. A `ProfileChoice` answers from its profile for rowwise, then its primary."""
+    candidates = []
+    if isinstance(profile, ProfileChoice):
+        candidates = [profile.profile_for(GROUPED_RECIPE), profile.primary]
+    elif profile is not None:
+        candidates = [profile]
+    grouped = next(
+        (found for found in (getattr(c, "grouped", None) for c in candidates) if found is not None), None
+    )
+    specs = next((roofline_specs_for(c) for c in candidates if isinstance(c, Profile)), GPU_SPECS["H100"])
+    return grouped, specs
+
+
+def _routed_times(
+    rows: Sequence[float], gemms: Sequence[tuple[int, int]], grouped, specs: GpuSpecs
+) -> tuple[float, float, set[str]]:
+    """(bf16 seconds, float8 seconds, hows) of every GEMM set of a group at per-expert `rows`.
+
+    With a measured grouped profile, each distinct row count m takes the speedup measured for a balanced group
+    at M per expert = m, weighted by its experts' share of the bf16 time (the balanced grouped roofline's time
+    per expert at m): under balanced routing, bf16 time / the measured speedup. A GEMM set the profile cannot
+    answer for falls back to the grouped roofline.
+    """
+    E = len(rows)
+    bf16_total = float8_total = 0.0
+    hows: set[str] = set()
+    for K, N in gemms:
+        bf16 = grouped_fwd_bwd_time_s(rows, K, N, BASELINE, specs)
+        answers = None
+        if grouped is not None:
+            distinct = Counter(rows)
+            answers = {m: grouped.speedup_at(E, m, K, N) for m in distinct}
+            if any(answer is None for answer in answers.values()):
+                answers = None
+        if answers is None:
+            float8 = grouped_fwd_bwd_time_s(rows, K, N, GROUPED_RECIPE, specs)
+            hows.add(MODELLED)
+        else:
+            weights = {
+                m: count * grouped_fwd_bwd_time_s([m] * E, K, N, BASELINE, specs) / E
+                for m, count in Counter(rows).items()
+            }
+            harmonic = sum(weights[m] / answers[m][0] for m in weights) / sum(weights.values())
+            float8 = bf16 * harmonic
+            hows.update(answer[1] for answer in answers.values())
+        bf16_total += bf16
+        float8_total += float8
+    return bf16_total, float8_total, hows
+
+
+def predict_expert_group(profile, group, imbalance: float = 1.0) -> GroupTimes | None:
+    """bf16 and float8 times of a group of routed experts (`layers.ExpertGroup`) under balanced routing, and
+    the speedup range under `imbalance` (see `roofline.routed_rows`; clamped to E). None when M per expert is
+    unknown.
+
+    The figure comes from the profile's measured grouped profile (`profile.grouped.speedup_at(E, M per
+    expert, K, N)`) when it has one and it answers, else from the grouped roofline of the profile's GPU family
+    (`roofline.grouped_fwd_bwd_time_s`), provenance "modelled". Expert and tensor parallelism are not
+    modelled: every expert's full K x N on one GPU.
+    """
+    if group.M_total is None or group.M_total <= 0:
+        return None
+    grouped, specs = _grouped_sources(profile)
+    gemms = [(gemm.K, gemm.N) for gemm in group.gemms]
+    E = group.n_experts
+    bf16, float8, hows = _routed_times(routed_rows(group.M_total, E), gemms, grouped, specs)
+    measured = MODELLED not in hows
+    provenance = str(getattr(grouped, "provenance", "measured")) if measured else MODELLED
+    how = (EXTRAPOLATED if EXTRAPOLATED in hows else INTERPOLATED) if measured else MODELLED
+    detail = "measured grouped profile" if measured else f"grouped roofline model ({specs.family})"
+    if hows - {MODELLED} and not measured:
+        detail += "; the grouped profile did not answer for every GEMM"
+    speedup_range = None
+    highest = min(float(imbalance), E)
+    if highest > 1.0:
+        factors = [highest ** (i / (IMBALANCE_SAMPLES - 1)) for i in range(IMBALANCE_SAMPLES)]
+        speedups = [bf16 / float8]
+        for factor in factors[1:]:
+            b, f, _ = _routed_times(routed_rows(group.M_total, E, factor), gemms, grouped, specs)
+            speedups.append(b / f)
+        speedup_range = (min(speedups), max(speedups))
+    return GroupTimes(bf16, float8, provenance, how, detail, speedup_range)
+
+
 __all__ = [
     "EXTRAPOLATED",
+    "IMBALANCE_SAMPLES",
     "INTERPOLATED",
     "MODELLED",
+    "GroupTimes",
     "LayerTimes",
     "LogGridModel",
     "Prediction",
     "extrapolate",
     "multilinear",
+    "predict_expert_group",
     "predict_speedup",
     "predicted_bf16_time_s",
     "predicted_times_s",

@@ -15,12 +15,18 @@ uses it with `--enable_fusion_modeling`, term for term:
   modelled; `fused=True` (torchao's `enable_fusion_modeling`) assumes the casts of input and grad_output fuse
   into the LayerNorm and Sigmoid kernels before them, as in the published LNLinearSigmoid benchmark.
 
+Routed experts (MoE) have their own model below (`grouped_fwd_bwd_time_s`): not torchao's (it has none for
+grouped GEMMs) but the same GEMM terms per expert, and the cast kernels counted from torchao 0.18's rowwise
+grouped path (`grouped_cast_kernel_bytes`).
+
 GPU constants are torchao's `gpu_name_to_specs`, keyed here by family ("H100", "B200", ...). torchao has no
 H200 entry: ours uses H100's compute peaks and achievable fractions with H200's 4.8e12 B/s memory bandwidth.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from fp8advisor.errors import ProfileError
@@ -183,16 +189,24 @@ def _floored_memory_time_s(num_bytes: float, specs: GpuSpecs) -> float:
 def gemm_time_s(M: int, K: int, N: int, dtype: str, gpu: str | GpuSpecs) -> float:
     """Roofline time of one (M x K) @ (K x N) GEMM, inputs in `dtype` ("bf16" or "fp8"), output bf16."""
     specs = get_specs(gpu)
+    peak, input_bytes = _peak_and_input_bytes(dtype, specs)
+    return max(_gemm_roofline_s(M, K, N, peak, input_bytes, specs), specs.kernel_floor_s)
+
+
+def _peak_and_input_bytes(dtype: str, specs: GpuSpecs) -> tuple[float, int]:
     if dtype == "bf16":
-        peak, input_bytes = specs.bf16_flops, BYTES_PER_BF16
-    elif dtype == "fp8":
-        peak, input_bytes = specs.fp8_flops, BYTES_PER_FLOAT8
-    else:
-        raise ValueError(f"dtype must be 'bf16' or 'fp8', not {dtype!r}")
+        return specs.bf16_flops, BYTES_PER_BF16
+    if dtype == "fp8":
+        return specs.fp8_flops, BYTES_PER_FLOAT8
+    raise ValueError(f"dtype must be 'bf16' or 'fp8', not {dtype!r}")
+
+
+def _gemm_roofline_s(M: float, K: int, N: int, peak: float, input_bytes: int, specs: GpuSpecs) -> float:
+    """max(compute, memory) of one (M x K) @ (K x N) GEMM with a bf16 output, without the kernel floor."""
     compute_s = 2 * M * K * N / (peak * specs.gemm_efficiency)
     memory_bytes = (M * K + K * N) * input_bytes + M * N * BYTES_PER_BF16
     memory_s = memory_bytes / (specs.bandwidth_bytes_per_s * specs.bandwidth_efficiency)
-    return max(compute_s, memory_s, specs.kernel_floor_s)
+    return max(compute_s, memory_s)
 
 
 def linear_gemm_time_s(M: int, K: int, N: int, recipe: Recipe | str, gpu: str | GpuSpecs) -> float:
@@ -273,16 +287,163 @@ def roofline_speedup(
     )
 
 
+# --- grouped GEMMs of routed experts (MoE) ------------------------------------------------------------------
+#
+# The forward+backward of one expert GEMM set: E experts, expert e multiplies m_e rows (its tokens) by its own
+# K x N weight, sum(m_e) = M_total. Three grouped GEMMs, as torch._grouped_mm / torch._scaled_grouped_mm run
+# them: output (M_total, K) x (E, K, N), grad_input (M_total, N) x (E, N, K), grad_weight per expert
+# (K, m_e) x (m_e, N). bf16 runs them through torch._grouped_mm; torchao 0.18's float8 grouped path
+# (`torchao/prototype/moe_training/fp8_grouped_mm.py`, `_to_fp8_rowwise_then_scaled_grouped_mm`) runs all
+# three as float8 `torch._scaled_grouped_mm` with rowwise scales (its only recipe for grouped GEMMs), after
+# the cast kernels of `grouped_cast_kernel_bytes`.
+
+#: The recipe of torchao's float8 grouped GEMMs (`Float8TrainingRecipe.FP8_ROWWISE`: rowwise only).
+GROUPED_RECIPE = Recipe.ROWWISE
+
+_FLOAT32 = 4  # bytes of a float32 scale
+
+
+def _row_counts(rows: Sequence[float]) -> Counter:
+    """Distinct per-expert row counts and how many experts have each (balanced: one entry)."""
+    counts = Counter(float(m) for m in rows)
+    if not counts or min(counts) < 0:
+        raise ValueError(f"per-expert rows must be non-negative and not empty, got {list(rows)[:8]}")
+    return counts
+
+
+def grouped_gemm_time_s(rows: Sequence[float], K: int, N: int, dtype: str, gpu: str | GpuSpecs) -> float:
+    """Roofline time of the three grouped GEMMs of one expert GEMM set's forward+backward, inputs in `dtype`.
+
+    Modelled per expert and summed: expert e's part of each grouped GEMM takes the Linear roofline's
+    max(compute, memory) of its own sub-GEMM (output (m_e, K, N), grad_input (m_e, N, K), grad_weight (K, m_e,
+    N), bytes as `gemm_time_s`, so each expert streams its own K x N weight); a grouped GEMM is one kernel, so
+    the kernel floor applies once to each grouped GEMM's sum, not per expert. The sum assumes the experts'
+    tiles do not overlap a compute-bound expert with a memory-bound one (the kernel may), which overstates
+    skewed routing's time a little in bf16 and float8 alike. An expert with no rows costs nothing in output
+    and grad_input (no tiles) and still writes its K x N grad_weight. Tile quantisation (a group of 5 rows
+    runs a 64- or 128-row tile) is not modelled. With one expert this is `linear_gemm_time_s`.
+    """
+    specs = get_specs(gpu)
+    peak, input_bytes = _peak_and_input_bytes(dtype, specs)
+    output = grad_input = grad_weight = 0.0
+    for m, experts in _row_counts(rows).items():
+        if m > 0:
+            output += experts * _gemm_roofline_s(m, K, N, peak, input_bytes, specs)
+            grad_input += experts * _gemm_roofline_s(m, N, K, peak, input_bytes, specs)
+        grad_weight += experts * _gemm_roofline_s(K, m, N, peak, input_bytes, specs)
+    return sum(max(gemm, specs.kernel_floor_s) for gemm in (output, grad_input, grad_weight))
+
+
+def grouped_cast_kernel_bytes(M_total: float, K: int, N: int, E: int) -> list[tuple[str, float]]:
+    """(kernel, bytes moved) of every kernel torchao 0.18's rowwise grouped path adds to one expert GEMM set.
+
+    Read from `_Float8GroupedMM` in `torchao/prototype/moe_training/fp8_grouped_mm.py` and its kernels
+    (`kernels/float8_rowwise.py`, `kernels/jagged_float8_scales.py`); A is the (M_total, K) token rows, B the
+    (E, K, N) weights, G the (M_total, N) grad_output; bf16 in (2 bytes), float8 out (1), float32 scales (4):
+
+    forward
+    - `triton_fp8_rowwise_2d_scale_and_cast(A)`: ONE kernel over all M_total x K token rows (not per expert);
+      two passes over each row, the second from L2 (its docstring): A read once, float8 A and M_total scales
+      written;
+    - `triton_fp8_colwise_3d_scale_and_cast(B)`: one kernel over the E x K x N weights, two passes, the second
+      from L2 (its docstring): B read once, float8 B and E x N scales written;
+    - two `reciprocal()` of the scales (M_total, E x N) for `_scaled_grouped_mm`;
+    backward
+    - `triton_fp8_rowwise_2d_scale_and_cast(G)`: as for A, over M_total x N;
+    - `triton_fp8_rowwise_3d_transpose_rhs(B)`: `torch.full` of the E x K scales, a scales kernel reading B,
+      then a cast kernel reading B again and writing it float8, transposed;
+    - `triton_fp8_per_group_colwise_scales_dual(G, A)`: one kernel for both, per token group column-wise
+      scales for the grad_weight GEMM; its second pass re-reads each group's rows (counted: no L2 claim
+      there), writes float8 G and A column-major and E x (N + K) scales;
+    - four `reciprocal()` of the scales (M_total, E x K, E x N, E x K) for the two `_scaled_grouped_mm`.
+
+    Token-group padding is not here: the op asserts it is off (torchtitan pads the groups to 16 in its own
+    token permutation, which runs in bf16 training too).
+    """
+    b, f, s = BYTES_PER_BF16, BYTES_PER_FLOAT8, _FLOAT32
+    A, B, G = M_total * K, E * K * N, M_total * N
+    return [
+        ("fwd: rowwise cast of the token rows A (one kernel)", A * (b + f) + M_total * s),
+        ("fwd: column-wise cast of the E expert weights B", B * (b + f) + E * N * s),
+        ("fwd: reciprocal of A's scales", 2 * M_total * s),
+        ("fwd: reciprocal of B's scales", 2 * E * N * s),
+        ("bwd: rowwise cast of grad_output G (one kernel)", G * (b + f) + M_total * s),
+        ("bwd: fill of B's transposed scales", E * K * s),
+        ("bwd: scales of B transposed", B * b + E * K * s),
+        ("bwd: cast of B transposed", B * (b + f) + E * K * s),
+        ("bwd: reciprocal of G's scales", 2 * M_total * s),
+        ("bwd: reciprocal of B transposed's scales", 2 * E * K * s),
+        ("bwd: per-group column-wise casts of G and A (one kernel)", (G + A) * (2 * b + f) + E * (N + K) * s),
+        ("bwd: reciprocal of G's per-group scales", 2 * E * N * s),
+        ("bwd: reciprocal of A's per-group scales", 2 * E * K * s),
+    ]
+
+
+def grouped_cast_overhead_s(M_total: float, K: int, N: int, E: int, gpu: str | GpuSpecs) -> float:
+    """Time of the kernels of `grouped_cast_kernel_bytes`: each its bytes at the achievable bandwidth, at
+    least the kernel floor (as torchao's Linear roofline prices its cast kernels)."""
+    specs = get_specs(gpu)
+    return sum(
+        _floored_memory_time_s(num_bytes, specs)
+        for _, num_bytes in grouped_cast_kernel_bytes(M_total, K, N, E)
+    )
+
+
+def grouped_fwd_bwd_time_s(
+    rows: Sequence[float], K: int, N: int, recipe_or_bf16: Recipe | str, gpu: str | GpuSpecs
+) -> float:
+    """Modelled forward+backward time of one expert GEMM set (E = len(rows) experts, expert e with rows[e]):
+    bf16 grouped GEMMs, or float8 grouped GEMMs plus torchao's cast kernels (rowwise only)."""
+    if recipe_or_bf16 == BASELINE:
+        return grouped_gemm_time_s(rows, K, N, "bf16", gpu)
+    if Recipe(recipe_or_bf16) is not GROUPED_RECIPE:
+        raise ValueError(f"torchao's float8 grouped GEMMs are rowwise only, not {recipe_or_bf16}")
+    return grouped_gemm_time_s(rows, K, N, "fp8", gpu) + grouped_cast_overhead_s(
+        sum(rows), K, N, len(rows), gpu
+    )
+
+
+def grouped_roofline_speedup(rows: Sequence[float], K: int, N: int, gpu: str | GpuSpecs) -> float:
+    """bf16 time / float8 (rowwise) time of one expert GEMM set, by the grouped roofline."""
+    return grouped_fwd_bwd_time_s(rows, K, N, BASELINE, gpu) / grouped_fwd_bwd_time_s(
+        rows, K, N, GROUPED_RECIPE, gpu
+    )
+
+
+def routed_rows(M_total: float, n_experts: int, imbalance: float = 1.0) -> tuple[float, ...]:
+    """Rows per expert when the busiest expert gets `imbalance` x the mean (M_total / E) and the other E - 1
+    share the rest equally: (mean x imbalance, then E - 1 times mean x (E - imbalance) / (E - 1)).
+
+    `imbalance` 1.0 is balanced routing; it must lie in [1, E] (E: one expert takes every row).
+    """
+    if n_experts < 1:
+        raise ValueError(f"a group needs at least one expert, not {n_experts}")
+    if not 1.0 <= imbalance <= n_experts:
+        raise ValueError(f"imbalance must lie in [1, E = {n_experts}], not {imbalance}")
+    mean = M_total / n_experts
+    if n_experts == 1:
+        return (float(M_total),)
+    rest = mean * (n_experts - imbalance) / (n_experts - 1)
+    return (mean * imbalance,) + (rest,) * (n_experts - 1)
+
+
 __all__ = [
     "FAMILY_COMPUTE_CAPABILITY",
     "GPU_SPECS",
+    "GROUPED_RECIPE",
     "GpuSpecs",
     "cast_kernel_bytes",
     "cast_overhead_s",
     "gemm_time_s",
     "get_specs",
     "gpu_family",
+    "grouped_cast_kernel_bytes",
+    "grouped_cast_overhead_s",
+    "grouped_fwd_bwd_time_s",
+    "grouped_gemm_time_s",
+    "grouped_roofline_speedup",
     "linear_fwd_bwd_time_s",
     "linear_gemm_time_s",
     "roofline_speedup",
+    "routed_rows",
 ]

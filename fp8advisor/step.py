@@ -6,7 +6,13 @@ time of what it runs, each term priced from the traced forward (`fp8advisor.laye
 
 - **Linear layers**: the profile's figures, per layer and call (`fp8advisor.advise.LayerAdvice`): bf16
   forward+backward time (the profile's measured kernel times where it has them, else torchao's roofline), and
-  that time over the predicted float8 speedup for a converted layer. Provenance: the profile's.
+  that time over the predicted float8 speedup for a converted layer. Provenance: the profile's. The expert
+  Linears of a ModuleList of experts are Linear layers here (decided as their group).
+- **Routed experts** (grouped 3-D weights, `fp8advisor.advise.ExpertAdvice`): each group's grouped GEMMs'
+  forward+backward time at its balanced per-expert M (`fp8advisor.predict.predict_expert_group`), bf16, or
+  float8 in a strategy that converts the group (the advice when it does; "every convertible layer"; never
+  torchao's auto filter, which sees Linear modules only). The census does not price them: GEMMs on parameters
+  are the recorder's layers, not census matmuls, so nothing is counted twice. Only present for MoE models.
 - **Attention**: forward FLOPs of each fused attention call (`AttentionCall.forward_flops`; causal counts
   only the unmasked scores), backward `ATTENTION_BACKWARD_FLOPS` times that, at `ATTENTION_PEAK_FRACTION` of
   the GPU's dense bf16 peak. Other activation-by-activation GEMMs (hand-written attention) at torchao's GEMM
@@ -213,6 +219,7 @@ class StepPrediction:
     terms: tuple[Term, ...]
     communication_s: float = 0.0  # all FSDP traffic, overlapped or not
     speedup_provenance: str | None = None  # of the float8 layers' predicted speedups (None: none converted)
+    expert_groups: int = 0  # groups of routed (grouped) experts in float8
 
     @property
     def step_s(self) -> float:
@@ -230,6 +237,7 @@ class StepPrediction:
         return {
             "label": self.label,
             "converted": self.converted,
+            "expert_groups_in_float8": self.expert_groups,
             "step_s": float(f"{step_s:.6g}"),
             "tokens_per_s_per_gpu": float(f"{self.tokens_per_s:.6g}"),
             "step_speedup": round(baseline.step_s / step_s, 4) if baseline is not None else None,
@@ -367,14 +375,23 @@ def predict_step(
     calibration: Calibration,
     *,
     token_scale: float = 1.0,
+    experts: Sequence[Any] = (),
+    converted_experts: Iterable[str] = (),
 ) -> StepPrediction:
-    """The predicted step when exactly `converted` (FQNs) run in float8.
+    """The predicted step when exactly `converted` (FQNs) and the expert groups `converted_experts`
+    (`ExpertAdvice.group`) run in float8.
 
-    `layer_advice`: `LayerAdvice` of every layer at this token count (their bf16/float8 times); the census
-    and parameter count come from `model_layers`; `token_scale` prices the census at that multiple of the
-    traced tokens (the Linear times must already be at that size).
+    `layer_advice`: `LayerAdvice` of every layer at this token count (their bf16/float8 times); `experts`:
+    the `ExpertAdvice` of every group at this token count (only grouped ones are priced here: a ModuleList's
+    expert Linears are in `layer_advice`); the census and parameter count come from `model_layers`;
+    `token_scale` prices the census at that multiple of the traced tokens (the Linear and expert times must
+    already be at that size).
     """
     converted = frozenset(converted)
+    converted_experts = frozenset(converted_experts)
+    grouped = [e for e in experts if e.form == "grouped" and e.predicted_speedup is not None]
+    experts_float8 = [e for e in grouped if e.group in converted_experts]
+    experts_bf16 = [e for e in grouped if e.group not in converted_experts]
     census = model_layers.census
     if census is None:
         raise AdvisorError("the step model needs the op census of the traced forward; none was recorded")
@@ -400,6 +417,12 @@ def predict_step(
     if config.ac is Checkpointing.FULL:
         recompute += parts.attention_forward_s + parts.matmul_forward_s
         recompute_words.append("attention's forward")
+        in_blocks = [e for e in grouped if _in_blocks(e.group)]
+        if in_blocks:
+            recompute += LINEAR_FORWARD_SHARE * sum(
+                e.float8_time_s if e.group in converted_experts else e.bf16_time_s for e in in_blocks
+            )
+            recompute_words.append(f"the forward of {len(in_blocks)} routed expert group(s)")
 
     efficiency = calibration.in_step_efficiency
 
@@ -426,6 +449,7 @@ def predict_step(
             _weakest_or_modelled(layer.bf16_provenance for layer in in_bf16 if layer.bf16_provenance),
             f"{len(in_bf16)} Linear layer(s) in bf16: the profile's bf16 forward+backward time" + in_step,
         ),
+        *_expert_terms(experts_float8, experts_bf16, scaled, in_step),
         Term("attention", scaled(parts.attention_s), MODELLED, parts.basis["attention"] + in_step),
         Term("matmul", scaled(parts.matmul_s), MODELLED, parts.basis["matmul"] + in_step),
         Term("memory_bound", scaled(parts.memory_s), MODELLED, parts.basis["memory"] + in_step),
@@ -463,7 +487,35 @@ def predict_step(
         if in_float8
         else None
     )
-    return StepPrediction(name, label, len(in_float8), tokens, tuple(terms), communication, speedups)
+    if experts_float8:
+        speedups = _weakest_or_modelled(
+            [*([speedups] if speedups else []), *(e.provenance for e in experts_float8 if e.provenance)]
+        )
+    return StepPrediction(
+        name, label, len(in_float8), tokens, tuple(terms), communication, speedups, len(experts_float8)
+    )
+
+
+def _expert_terms(experts_float8, experts_bf16, scaled: Callable[[float], float], in_step: str) -> list[Term]:
+    """The routed experts' two terms (float8, bf16); none for a model without grouped experts."""
+    if not experts_float8 and not experts_bf16:
+        return []
+    return [
+        Term(
+            "experts_float8",
+            scaled(sum(e.float8_time_s for e in experts_float8)),
+            _weakest_or_modelled(e.provenance for e in experts_float8 if e.provenance),
+            f"{len(experts_float8)} routed expert group(s) in float8 (rowwise grouped GEMMs): bf16 time / "
+            "predicted speedup at balanced routing" + in_step,
+        ),
+        Term(
+            "experts_bf16",
+            scaled(sum(e.bf16_time_s for e in experts_bf16)),
+            MODELLED,
+            f"{len(experts_bf16)} routed expert group(s) in bf16: the grouped roofline's forward+backward "
+            "time at balanced routing" + in_step,
+        ),
+    ]
 
 
 # --- strategies, break-even, report -------------------------------------------------------------------------
@@ -504,13 +556,21 @@ class BreakEven:
 
 def scale_layers(model_layers, tokens: int):
     """`model_layers` with every layer's rows scaled to `tokens` per step (rows grow with the tokens at a
-    fixed sequence length, for dense and routed layers alike)."""
+    fixed sequence length, for dense and routed layers alike), and each expert group's tokens and M total."""
     factor = tokens / model_layers.tokens
     layers = tuple(
         replace(layer, M_per_call=tuple(max(1, round(m * factor)) for m in layer.M_per_call))
         for layer in model_layers.layers
     )
-    return replace(model_layers, layers=layers)
+    groups = tuple(
+        replace(
+            group,
+            tokens=max(1, round(group.tokens * factor)),
+            M_total=None if group.M_total is None else max(1, round(group.M_total * factor)),
+        )
+        for group in getattr(model_layers, "expert_groups", ())
+    )
+    return replace(model_layers, layers=layers, expert_groups=groups)
 
 
 def find_break_even(
@@ -592,12 +652,22 @@ def step_report(
     predictor: Callable | None = None,
     break_even_target: float | None = BREAK_EVEN_SPEEDUP,
 ) -> StepReport:
-    """Predicted steps of bf16 and of each of the advice's strategies, and the advice's break-even."""
-    from fp8advisor.advise import decide_layers, default_predictor
+    """Predicted steps of bf16 and of each of the advice's strategies, and the advice's break-even.
+
+    Routed expert groups count in every step: bf16 in the bf16 step and where a strategy keeps them, float8
+    where it converts them (`Strategy.expert_groups`). The break-even re-decides the layers and the expert
+    groups at each token count, as the advice would there.
+    """
+    from fp8advisor.advise import decide_experts, decide_layers, default_expert_predictor, default_predictor
 
     config.check(advice.recipe)
     calibration = calibration or Calibration.load()
-    predictions = [predict_step("bf16", "bf16", model_layers, advice.layers, (), gpu, config, calibration)]
+    experts = tuple(getattr(advice, "experts", ()))
+    predictions = [
+        predict_step(
+            "bf16", "bf16", model_layers, advice.layers, (), gpu, config, calibration, experts=experts
+        )
+    ]
     for strategy in advice.strategies:
         if strategy.predicted_speedup is None:
             continue  # not available (e.g. torchao's auto filter for rowwise_with_gw_hp)
@@ -611,6 +681,8 @@ def step_report(
                 gpu,
                 config,
                 calibration,
+                experts=experts,
+                converted_experts=getattr(strategy, "expert_groups", ()),
             )
         )
     notes = [
@@ -619,21 +691,46 @@ def step_report(
     ]
     if model_layers.census is not None and not model_layers.census.complete:
         notes.append("tracing stopped part-way: attention and memory-bound terms cover only what ran")
+    if any(e.form == "grouped" for e in experts):
+        notes.append(
+            "routed experts: grouped GEMMs at balanced routing, modelled by the grouped roofline unless a "
+            "measured grouped profile answers; expert parallelism (all-to-all) is not modelled"
+        )
 
     break_even = None
     if break_even_target is not None:
         layer_predictor = functools.lru_cache(maxsize=None)(predictor or default_predictor(profile_choice))
+        expert_predictor = default_expert_predictor(profile_choice) if experts else None
 
         def speedup_at(tokens: int) -> float:
             scaled = scale_layers(model_layers, tokens)
             decided = decide_layers(
                 scaled.layers, advice.recipe, layer_predictor, advice.min_speedup, advice.tensor_parallel
             )
+            groups: tuple = ()
+            if expert_predictor is not None:
+                decided, groups = decide_experts(
+                    scaled,
+                    decided,
+                    advice.recipe,
+                    advice.min_speedup,
+                    layer_predictor,
+                    expert_predictor,
+                    tensor_parallel=advice.tensor_parallel,
+                )
             converted = [layer.fqn for layer in decided if layer.convert]
             scale = tokens / model_layers.tokens
-            common = dict(gpu=gpu, config=config, calibration=calibration, token_scale=scale)
+            common = dict(gpu=gpu, config=config, calibration=calibration, token_scale=scale, experts=groups)
             bf16 = predict_step("bf16", "bf16", scaled, decided, (), **common)
-            chosen = predict_step("advice", "this advice", scaled, decided, converted, **common)
+            chosen = predict_step(
+                "advice",
+                "this advice",
+                scaled,
+                decided,
+                converted,
+                converted_experts=[e.group for e in groups if e.convert],
+                **common,
+            )
             return bf16.step_s / chosen.step_s
 
         break_even = find_break_even(speedup_at, model_layers.seq, target=break_even_target)

@@ -261,3 +261,126 @@ def test_multilinear_is_scipys_regular_grid_interpolation(dims):
     points += [upper, lower, np.where(np.arange(dims) == 0, upper, lower)]
     for point in points:
         assert multilinear(axes, grid, point) == pytest.approx(float(reference(point[None, :])[0]), abs=1e-12)
+
+
+# --- routed experts -----------------------------------------------------------------------------------------
+
+
+def _expert_group(M_total=8192 * 8, E=64, gemms=((2048, 1408), (1408, 2048))):
+    from fp8advisor.layers import ExpertForm, ExpertGemm, ExpertGroup
+
+    return ExpertGroup(
+        "layers.1.moe.experts",
+        "GroupedExperts",
+        ExpertForm.GROUPED,
+        E,
+        8,
+        "router.top_k",
+        8192,
+        M_total,
+        tuple(ExpertGemm(f"w{i}", K, N, (f"layers.1.moe.experts.w{i}",)) for i, (K, N) in enumerate(gemms)),
+    )
+
+
+class StandInGrouped:
+    """The bench part's contract: `speedup_at(E, M_per_expert, K, N)` -> (speedup, how) or None."""
+
+    provenance = "measured"
+
+    def __init__(self, rule):
+        self.rule = rule
+        self.asked: list[tuple] = []
+
+    def speedup_at(self, E, M_per_expert, K, N):
+        self.asked.append((E, M_per_expert, K, N))
+        return self.rule(E, M_per_expert, K, N)
+
+
+def _profile_with(grouped):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(grouped=grouped)
+
+
+def test_expert_group_without_a_grouped_profile_is_the_grouped_roofline():
+    from fp8advisor.predict import predict_expert_group
+    from fp8advisor.roofline import grouped_fwd_bwd_time_s, routed_rows
+
+    h100 = Profile(
+        name="t",
+        provenance="modelled",
+        source="tests",
+        created="2026-11-22",
+        device=DeviceInfo("NVIDIA H100 80GB HBM3", "H100", (9, 0)),
+        recipes={"rowwise": RecipeProfile(model={"fused": True})},
+        roofline=GPU_SPECS["H100"],
+    )
+    group = _expert_group()
+    times = predict_expert_group(h100, group)
+    rows = routed_rows(group.M_total, 64)  # 1024 rows per expert
+    bf16 = sum(grouped_fwd_bwd_time_s(rows, K, N, "bf16", "H100") for K, N in ((2048, 1408), (1408, 2048)))
+    float8 = sum(
+        grouped_fwd_bwd_time_s(rows, K, N, "rowwise", "H100") for K, N in ((2048, 1408), (1408, 2048))
+    )
+    assert times.bf16_s == pytest.approx(bf16) and times.float8_s == pytest.approx(float8)
+    assert (times.provenance, times.how, times.speedup_range) == ("modelled", "modelled", None)
+    assert predict_expert_group(h100, _expert_group(M_total=None)) is None
+
+
+def test_expert_group_uses_the_measured_grouped_profile_at_balanced_routing():
+    from fp8advisor.predict import predict_expert_group
+    from fp8advisor.roofline import grouped_fwd_bwd_time_s, routed_rows
+
+    grouped = StandInGrouped(lambda E, m, K, N: (1.5 if K == 2048 else 1.2, "interpolated"))
+    times = predict_expert_group(_profile_with(grouped), _expert_group())
+    rows = routed_rows(8192 * 8, 64)
+    bf16_a = grouped_fwd_bwd_time_s(rows, 2048, 1408, "bf16", "H100")  # a stand-in: H100's constants
+    bf16_b = grouped_fwd_bwd_time_s(rows, 1408, 2048, "bf16", "H100")
+    assert times.bf16_s == pytest.approx(bf16_a + bf16_b)
+    assert times.float8_s == pytest.approx(bf16_a / 1.5 + bf16_b / 1.2)
+    assert (times.provenance, times.how) == ("measured", "interpolated")
+    assert grouped.asked == [(64, 1024.0, 2048, 1408), (64, 1024.0, 1408, 2048)]
+
+
+def test_expert_group_falls_back_to_the_roofline_where_the_grouped_profile_cannot_answer():
+    from fp8advisor.predict import predict_expert_group
+
+    grouped = StandInGrouped(lambda E, m, K, N: None if K == 1408 else (1.5, "extrapolated"))
+    times = predict_expert_group(_profile_with(grouped), _expert_group())
+    assert times.provenance == "modelled" and times.how == "modelled"
+    extrapolated = predict_expert_group(
+        _profile_with(StandInGrouped(lambda E, m, K, N: (1.5, "extrapolated"))), _expert_group()
+    )
+    assert (extrapolated.provenance, extrapolated.how) == ("measured", "extrapolated")
+
+
+def test_imbalance_weights_each_experts_measured_speedup_by_its_bf16_time():
+    from fp8advisor.predict import IMBALANCE_SAMPLES, predict_expert_group
+    from fp8advisor.roofline import grouped_fwd_bwd_time_s
+
+    def rule(E, m, K, N):
+        return 1.0 + m / 4096, "interpolated"
+
+    group = _expert_group(M_total=4 * 1024, E=4, gemms=((2048, 2048),))
+    times = predict_expert_group(_profile_with(StandInGrouped(rule)), group, imbalance=3.0)
+    # balanced: 1024 rows each, speedup 1.25; at imbalance 3: 3072 rows on one expert (speedup 1.75) and
+    # 1024 / 3 on each of the other three (speedup 1 + (1024/3)/4096), weighted by each one's bf16 time
+    # (about 3:1 here: an unweighted mean over the two row counts would differ)
+    assert times.speedup == pytest.approx(1.25)
+    rest = 1024 / 3
+    w_busy = grouped_fwd_bwd_time_s([3072.0] * 4, 2048, 2048, "bf16", "H100") / 4
+    w_rest = 3 * grouped_fwd_bwd_time_s([rest] * 4, 2048, 2048, "bf16", "H100") / 4
+    at_three = (w_busy + w_rest) / (w_busy / 1.75 + w_rest / (1 + rest / 4096))
+    low, high = times.speedup_range
+    assert low == pytest.approx(1.25) and high == pytest.approx(at_three)
+    assert IMBALANCE_SAMPLES >= 2
+
+
+def test_imbalance_beyond_E_is_clamped_to_one_expert_taking_every_row():
+    from fp8advisor.predict import predict_expert_group
+
+    group = _expert_group(M_total=4096, E=4, gemms=((2048, 2048),))
+    standin = StandInGrouped(lambda E, m, K, N: (1.0 + m / 4096, "interpolated"))
+    clamped = predict_expert_group(_profile_with(standin), group, imbalance=100.0)
+    at_E = predict_expert_group(_profile_with(standin), group, imbalance=4.0)
+    assert clamped.speedup_range == pytest.approx(at_E.speedup_range)

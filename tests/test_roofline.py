@@ -183,3 +183,107 @@ def test_unknown_gpu_is_a_profile_error_with_hint():
     with pytest.raises(ProfileError) as error:
         roofline.get_specs("NVIDIA A100-SXM4-80GB")
     assert "known" in error.value.hint
+
+
+# --- grouped GEMMs of routed experts ------------------------------------------------------------------------
+
+#: Round constants for hand arithmetic: 10 GFLOP/s bf16, 20 GFLOP/s float8, 1 GB/s, efficiencies 1.
+ROUND = roofline.GpuSpecs("ROUND", 1e10, 2e10, 1e9, 1.0, 1.0, kernel_floor_s=0.0)
+
+
+def test_grouped_gemm_time_is_the_sum_of_each_experts_own_roofline():
+    # two experts, 16 and 48 rows, K = 32, N = 64, bf16 (2 bytes in, 2 bytes out):
+    # expert 1 (m = 16), each of its three GEMMs: 2*16*32*64 = 65536 FLOP / 1e10 = 6.5536e-6 s compute;
+    #   output bytes (16*32 + 32*64)*2 + 16*64*2 = 7168, grad_input (16*64 + 64*32)*2 + 16*32*2 = 7168,
+    #   grad_weight (32*16 + 16*64)*2 + 32*64*2 = 7168: 7.168e-6 s each, memory-bound
+    # expert 2 (m = 48): 2*48*32*64 = 196608 FLOP / 1e10 = 1.96608e-5 s compute; bytes (48*32 + 2048)*2 +
+    #   48*64*2 = 13312, (48*64 + 2048)*2 + 48*32*2 = 13312, (32*48 + 48*64)*2 + 4096 = 13312: 1.3312e-5 s,
+    #   compute-bound
+    per_grouped_gemm = 7.168e-6 + 1.96608e-5
+    assert roofline.grouped_gemm_time_s([16, 48], 32, 64, "bf16", ROUND) == pytest.approx(
+        3 * per_grouped_gemm
+    )
+    # not max(sum of compute, sum of memory) over the experts, which would hide expert 1's memory time
+    pooled = max(6.5536e-6 + 1.96608e-5, 7.168e-6 + 1.3312e-5)
+    assert 3 * pooled < 3 * per_grouped_gemm
+
+
+def test_grouped_gemm_pays_the_kernel_floor_once_per_grouped_gemm():
+    floored = roofline.GpuSpecs("F", 1e10, 2e10, 1e9, 1.0, 1.0, kernel_floor_s=1e-3)
+    # every expert's part is microseconds: each of the three grouped GEMMs is one kernel at the 1 ms floor
+    assert roofline.grouped_gemm_time_s([16, 48], 32, 64, "bf16", floored) == pytest.approx(3e-3)
+
+
+def test_one_expert_is_a_linear_layer():
+    for recipe in ("bf16", "rowwise"):
+        assert roofline.grouped_gemm_time_s(
+            [8192], 4096, 14336, "bf16" if recipe == "bf16" else "fp8", "H100"
+        ) == pytest.approx(roofline.linear_gemm_time_s(8192, 4096, 14336, recipe, "H100"))
+
+
+def test_an_expert_without_rows_only_writes_its_grad_weight():
+    # expert 2 has no rows: no output or grad_input tiles; its grad_weight (32 x 64, bf16) is written: 4096 B
+    with_empty = roofline.grouped_gemm_time_s([16, 0], 32, 64, "bf16", ROUND)
+    alone = roofline.grouped_gemm_time_s([16], 32, 64, "bf16", ROUND)
+    assert with_empty == pytest.approx(alone + 4096 / 1e9)
+
+
+def test_grouped_cast_kernels_counted_from_torchaos_rowwise_grouped_path():
+    # M_total = 64 token rows, K = 32, N = 64, E = 2: A = 64*32 = 2048, B = 2*32*64 = 4096, G = 64*64 = 4096
+    # elements; bf16 read 2 B, float8 written 1 B, float32 scales 4 B
+    kernels = roofline.grouped_cast_kernel_bytes(64, 32, 64, 2)
+    assert [num_bytes for _, num_bytes in kernels] == [
+        2048 * 3 + 64 * 4,  # A rowwise, one kernel over all tokens: 6400
+        4096 * 3 + 2 * 64 * 4,  # B column-wise, E x N scales: 12800
+        2 * 64 * 4,  # 1/A scales
+        2 * 2 * 64 * 4,  # 1/B scales
+        4096 * 3 + 64 * 4,  # G rowwise: 12544
+        2 * 32 * 4,  # torch.full of B transposed's E x K scales
+        4096 * 2 + 2 * 32 * 4,  # scales kernel reads B
+        4096 * 3 + 2 * 32 * 4,  # cast kernel reads B again, writes float8
+        2 * 64 * 4,  # 1/G scales
+        2 * 2 * 32 * 4,  # 1/B transposed scales
+        (4096 + 2048) * (2 + 2 + 1) + 2 * (64 + 32) * 4,  # per-group G and A: two reads, one write: 31488
+        2 * 2 * 64 * 4,  # 1/G per-group scales
+        2 * 2 * 32 * 4,  # 1/A per-group scales
+    ]
+    # the token rows are cast once per group of tokens, whatever E; the weight casts grow with E
+    more_experts = roofline.grouped_cast_kernel_bytes(64, 32, 64, 4)
+    assert more_experts[0] == kernels[0] and more_experts[4] == kernels[4]
+    assert more_experts[1][1] == 2 * 4096 * 3 + 4 * 64 * 4
+    # priced as torchao prices cast kernels: bytes at the bandwidth, at least the floor each
+    floored = roofline.GpuSpecs("F", 1e10, 2e10, 1e9, 1.0, 1.0, kernel_floor_s=1e-5)
+    above_floor = 12800 + 12544 + 12544 + 31488  # the four kernels moving more than 10 kB
+    expected = 9 * 1e-5 + above_floor / 1e9
+    assert roofline.grouped_cast_overhead_s(64, 32, 64, 2, floored) == pytest.approx(expected)
+
+
+def test_grouped_float8_time_is_float8_gemms_plus_casts_and_rowwise_only():
+    rows = [512.0] * 8
+    expected = roofline.grouped_gemm_time_s(
+        rows, 2048, 1408, "fp8", "H100"
+    ) + roofline.grouped_cast_overhead_s(4096, 2048, 1408, 8, "H100")
+    assert roofline.grouped_fwd_bwd_time_s(rows, 2048, 1408, "rowwise", "H100") == pytest.approx(expected)
+    speedup = roofline.grouped_roofline_speedup(rows, 2048, 1408, "H100")
+    assert speedup == pytest.approx(roofline.grouped_gemm_time_s(rows, 2048, 1408, "bf16", "H100") / expected)
+    with pytest.raises(ValueError, match="rowwise only"):
+        roofline.grouped_fwd_bwd_time_s(rows, 2048, 1408, "tensorwise", "H100")
+
+
+def test_grouped_speedup_grows_with_rows_per_expert():
+    # weight casts are fixed per step; more rows per expert amortise them
+    small = roofline.grouped_roofline_speedup([256.0] * 64, 7168, 2048, "H100")
+    large = roofline.grouped_roofline_speedup([16384.0] * 64, 7168, 2048, "H100")
+    assert small < 1.0 < large
+
+
+def test_routed_rows_busiest_expert_and_the_rest():
+    rows = roofline.routed_rows(1024, 8, 2.0)
+    # mean 128: the busiest 2 x 128 = 256, the other seven share 1024 - 256 = 768
+    assert rows == (256.0,) + (768 / 7,) * 7
+    assert sum(rows) == pytest.approx(1024)
+    assert roofline.routed_rows(1024, 8) == (128.0,) * 8
+    assert roofline.routed_rows(1024, 8, 8.0) == (1024.0,) + (0.0,) * 7
+    for bad in (0.5, 9.0):
+        with pytest.raises(ValueError):
+            roofline.routed_rows(1024, 8, bad)

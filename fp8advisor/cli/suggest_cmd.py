@@ -12,7 +12,15 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from fp8advisor.advise import AUTO, DEFAULT_MIN_SPEEDUP, Advice, advise, default_predictor, group_layers
+from fp8advisor.advise import (
+    AUTO,
+    DEFAULT_MIN_SPEEDUP,
+    Advice,
+    advise,
+    check_expert_imbalance,
+    default_predictor,
+    group_layers,
+)
 from fp8advisor.cli import command, console, err_console
 from fp8advisor.emit import (
     ConfigFormat,
@@ -119,6 +127,13 @@ def suggest(
     float8_all_gather: bool = typer.Option(
         False, "--float8-all-gather", help="FSDP all-gathers converted weights in float8 (tensorwise)."
     ),
+    expert_imbalance: float = typer.Option(
+        1.0,
+        "--expert-imbalance",
+        help="MoE: the busiest expert's rows over the mean (1.0: balanced routing; the others share the "
+        "rest equally). Experts are decided at balanced routing; X > 1 adds each group's speedup range over "
+        "imbalances from 1 to X.",
+    ),
     measured: str | None = typer.Option(
         None,
         "--measured",
@@ -129,6 +144,7 @@ def suggest(
     """Decide layer by layer where float8 pays, and write the config that converts exactly those layers."""
     if recipe != AUTO:
         parse_recipe(recipe)  # a clear error before the model is built
+    expert_imbalance = check_expert_imbalance(expert_imbalance)
     step_config = _step_config(world_size, ac, grad_accum, float8_all_gather, recipe)
     if gpu is not None:
         get_specs(gpu)  # an unknown GPU fails before the work
@@ -163,6 +179,7 @@ def suggest(
             tensor_parallel=tensor_parallel,
             auto_recipes=allowed,
             in_context=in_context,
+            expert_imbalance=expert_imbalance,
         )
     step = None
     if check_file is None and (as_json or config_format is None or output is not None):
@@ -333,14 +350,24 @@ def _print_brief(advice: Advice, what_the_file_does: str, fp8_off: bool) -> None
     err_console.print(
         f"{advice.recipe.value} with profile {advice.profile_name}: "
         f"{len(advice.convert_fqns)} layers advised for float8, "
-        f"predicted Linear-time speedup {_speedup(advice.strategy('advice').predicted_speedup)}; "
-        f"the file: {what_the_file_does}",
+        f"predicted Linear-time speedup {_speedup(advice.strategy('advice').predicted_speedup)}"
+        + _experts_brief(advice)
+        + f"; the file: {what_the_file_does}",
         soft_wrap=True,
     )
     if fp8_off:
         err_console.print(Text("nothing is worth converting: the config leaves FP8 off", style="yellow"))
     for warning in advice.warnings:
         err_console.print(Text("warning: ", style="yellow") + Text(warning), soft_wrap=True)
+
+
+def _experts_brief(advice: Advice) -> str:
+    """' (routed experts excluded); 2 of 3 routed expert groups float8' for a MoE model, '' otherwise."""
+    if not advice.experts:
+        return ""
+    converted = len(advice.converted_expert_groups)
+    excluded = " (grouped experts excluded)" if advice.experts_share else ""
+    return f"{excluded}; {converted} of {len(advice.experts)} routed expert group(s) advised for float8"
 
 
 def _print_report(advice: Advice, fp8_off: bool) -> None:
@@ -411,8 +438,12 @@ def _print_report(advice: Advice, fp8_off: bool) -> None:
     if any(layer.how == "extrapolated" for layer in advice.layers):
         console.print(Text("* outside the profile's measured grid (extrapolated)", style="dim"))
 
+    _print_experts(advice)
+
+    grouped = bool(advice.experts_share)
     summary = Table(
-        title="Predicted Linear-time speedup vs all-bf16",
+        title="Predicted Linear-time speedup vs all-bf16"
+        + (" (routed experts' grouped GEMMs excluded)" if grouped else ""),
         title_justify="left",
         box=box.SIMPLE_HEAD,
         show_edge=False,
@@ -427,6 +458,8 @@ def _print_report(advice: Advice, fp8_off: bool) -> None:
         summary.add_row(strategy.label, str(len(strategy.converted)), speedup, strategy.note)
     console.print(summary)
     _print_legend(advice.figures_provenance(strategy.converted) for strategy in advice.strategies)
+    if grouped:
+        console.print(_experts_share_line(advice), markup=False, highlight=False)
 
     if advice.recipe_options:
         options = Table(
@@ -463,6 +496,73 @@ def _print_report(advice: Advice, fp8_off: bool) -> None:
         console.print(Text(f"conflict: {conflict.describe()}", style="yellow"), soft_wrap=True)
     for warning in advice.warnings:
         console.print(Text("warning: ", style="yellow") + Text(warning), soft_wrap=True)
+
+
+def _print_experts(advice: Advice) -> None:
+    """The routed-experts section: one row per group (folded over blocks), decided as one."""
+    from fp8advisor.report import expert_rows
+
+    if not advice.experts:
+        return
+    rows = expert_rows(advice.experts)
+    ranged = any(row.speedup_range for row in rows)
+    table = Table(
+        title="Routed experts: each group converts as one (balanced routing"
+        + (f"; range: imbalance up to {advice.expert_imbalance:g}" if ranged else "")
+        + ")",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=0,
+        pad_edge=False,
+    )
+    table.add_column("experts", overflow="fold")
+    for name in ("n", "E", "k", "M/exp", "speedup", *(["range"] if ranged else [])):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("decision", no_wrap=True)
+    footnotes: list[str] = []
+    for row in rows:
+        decision = Text("float8", style="green") if row.convert else Text("bf16", style="dim")
+        reason = _footnoted_reason(row.reason)
+        if reason:
+            if reason not in footnotes:
+                footnotes.append(reason)
+            decision.append(f" [e{footnotes.index(reason) + 1}]")
+        speedup = row.speedup + (MODELLED_MARK if row.modelled and row.speedup != "-" else "")
+        cells = [row.pattern, str(row.count), str(row.n_experts), row.top_k, row.M_per_expert, speedup]
+        table.add_row(*cells, *([row.speedup_range] if ranged else []), decision)
+    console.print(table)
+    for number, reason in enumerate(footnotes, start=1):
+        console.print(f"[e{number}] {reason}", markup=False, highlight=False, soft_wrap=True)
+    console.print(
+        Text(
+            "k: experts per token (top_k, ? unknown); M/exp: rows per expert at balanced routing", style="dim"
+        )
+    )
+    if any(row.modelled and row.form == "grouped" for row in rows):
+        console.print(
+            Text(
+                f"{MODELLED_MARK} modelled: the grouped roofline (one cast per group of tokens, per-expert "
+                "weight casts), not a measurement: measure with fp8advisor bench --grouped",
+                style="dim",
+            )
+        )
+    if any(row.modelled and row.form != "grouped" for row in rows):
+        console.print(Text(_LEGEND + " (expert Linears)", style="dim"))
+
+
+def _experts_share_line(advice: Advice) -> str:
+    """The routed experts' share of the predicted bf16 GEMM time, and the speedups that count them."""
+    share = advice.experts_share or 0.0
+    parts = []
+    for strategy in advice.strategies:
+        value = advice.gemm_speedup_with_experts(strategy) if strategy.predicted_speedup else None
+        if value is not None:
+            parts.append(f"{strategy.label} {value:.2f}x")
+    return (
+        f"routed experts: {share:.0%} of the predicted bf16 GEMM time; counting them, GEMM-time speedup: "
+        + "; ".join(parts)
+    )
 
 
 def _print_in_context(advice: Advice) -> None:

@@ -1,0 +1,425 @@
+"""Routed experts (MoE): each group decided as one, routers never converted, the imbalance range, the step
+model and `suggest`'s section, on hand-built models (no tracing) with stub or roofline predictions."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _advice_helpers import StubChoice, StubPredictor, layer, modelled_choice  # noqa: E402
+
+from fp8advisor.advise import advise, check_expert_imbalance  # noqa: E402
+from fp8advisor.errors import AdvisorError  # noqa: E402
+from fp8advisor.layers import ExpertForm, ExpertGemm, ExpertGroup, LayerStatus, ModelLayers  # noqa: E402
+from fp8advisor.predict import GroupTimes  # noqa: E402
+from fp8advisor.recipes import Recipe  # noqa: E402
+
+TOKENS = 8192
+HIDDEN, INTER, E, TOP_K = 2048, 1408, 64, 6
+
+
+def _grouped_group(block: int, *, K=HIDDEN, N=INTER, M_total=TOKENS * TOP_K, top_k=TOP_K) -> ExpertGroup:
+    base = f"layers.{block}.moe"
+    gemms = (
+        ExpertGemm("w1", K, N, (f"{base}.experts.w1",)),
+        ExpertGemm("w2", N, K, (f"{base}.experts.w2",)),
+        ExpertGemm("w3", K, N, (f"{base}.experts.w3",)),
+    )
+    return ExpertGroup(
+        fqn=f"{base}.experts",
+        cls="GroupedExperts",
+        form=ExpertForm.GROUPED,
+        n_experts=E,
+        top_k=top_k,
+        top_k_source=f"{base}.router.top_k" if top_k else "not shown",
+        tokens=TOKENS,
+        M_total=M_total,
+        gemms=gemms,
+        router=f"{base}.router.gate",
+        shared=(f"{base}.shared_experts.w1",),
+    )
+
+
+def grouped_moe(blocks: int = 2, **group_kw) -> ModelLayers:
+    """`blocks` MoE blocks: attention wq, a router Linear (N = E = 64, a multiple of 16), one shared expert
+    Linear, and routed experts as 3-D grouped weights (GemmLayers that are not Linear)."""
+    layers, groups = [], []
+    for i in range(blocks):
+        group = _grouped_group(i, **group_kw)
+        groups.append(group)
+        layers.append(layer(f"layers.{i}.attention.wq", HIDDEN, HIDDEN, TOKENS))
+        layers.append(layer(f"layers.{i}.moe.router.gate", HIDDEN, E, TOKENS))
+        layers.append(layer(f"layers.{i}.moe.shared_experts.w1", HIDDEN, INTER, TOKENS))
+        for gemm in group.gemms:
+            layers.append(
+                replace(
+                    layer(
+                        gemm.fqns[0],
+                        gemm.K,
+                        gemm.N,
+                        group.M_total or TOKENS,
+                        LayerStatus.NOT_CONVERTIBLE,
+                        is_linear=False,
+                        reason="a 3-D expert weight: not an nn.Linear",
+                    ),
+                    expert_group=group.fqn,
+                )
+            )
+    return ModelLayers("moe.py", 1, TOKENS, tuple(layers), expert_groups=tuple(groups))
+
+
+def linear_list_moe(n_experts: int = 4, top_k: int = 2) -> ModelLayers:
+    """One block whose experts are a ModuleList of Linears (w1: 1024 -> 512, w2: 512 -> 1024) at the
+    balanced M per expert, and a router Linear with N = E."""
+    M = TOKENS * top_k // n_experts
+    w1 = tuple(f"moe.experts.{e}.w1" for e in range(n_experts))
+    w2 = tuple(f"moe.experts.{e}.w2" for e in range(n_experts))
+    layers = [layer("attn.wq", 1024, 1024, TOKENS), layer("moe.gate", 1024, n_experts, TOKENS)]
+    for e in range(n_experts):
+        layers.append(replace(layer(w1[e], 1024, 512, M), expert_group="moe.experts"))
+        layers.append(replace(layer(w2[e], 512, 1024, M), expert_group="moe.experts"))
+    group = ExpertGroup(
+        "moe.experts",
+        "ModuleList",
+        ExpertForm.LINEAR_LIST,
+        n_experts,
+        top_k,
+        "moe.top_k",
+        TOKENS,
+        TOKENS * top_k,
+        (ExpertGemm("w1", 1024, 512, w1), ExpertGemm("w2", 512, 1024, w2)),
+        router="moe.gate",
+    )
+    return ModelLayers("mixtral_like.py", 1, TOKENS, tuple(layers), expert_groups=(group,))
+
+
+class StubExperts:
+    """An `expert_predictor` stand-in: bf16 = 1 ms per GEMM of the group, float8 = bf16 / `speedup`."""
+
+    def __init__(self, speedup=1.4, provenance="modelled", spread=None):
+        self.speedup, self.provenance, self.spread = speedup, provenance, spread
+        self.calls: list[tuple[str, float]] = []
+
+    def __call__(self, group, imbalance):
+        self.calls.append((group.fqn, imbalance))
+        bf16 = 1e-3 * len(group.gemms)
+        spread = self.spread if imbalance > 1 else None
+        return GroupTimes(bf16, bf16 / self.speedup, self.provenance, "modelled", "stub", spread)
+
+
+def _advise(model, recipe="rowwise", **kwargs):
+    kwargs.setdefault("predictor", StubPredictor())
+    kwargs.setdefault("expert_predictor", StubExperts())
+    kwargs.setdefault("device_capability", None)
+    kwargs.setdefault("compare_torchao_auto", False)
+    return advise(model, StubChoice(), recipe, **kwargs)
+
+
+# --- the group decision -------------------------------------------------------------------------------------
+
+
+def test_grouped_experts_convert_as_one_group_with_its_figures():
+    advice = _advise(grouped_moe())
+    assert [e.group for e in advice.experts] == ["layers.0.moe.experts", "layers.1.moe.experts"]
+    first = advice.experts[0]
+    assert first.convert and first.form == "grouped" and first.recipe == "rowwise"
+    assert first.members == tuple(f"layers.0.moe.experts.{w}" for w in ("w1", "w2", "w3"))
+    assert (first.n_experts, first.top_k, first.M_per_expert) == (E, TOP_K, TOKENS * TOP_K / E)
+    assert first.bf16_time_s == pytest.approx(3e-3) and first.float8_time_s == pytest.approx(3e-3 / 1.4)
+    assert first.predicted_speedup == pytest.approx(1.4)
+    assert first.reason == "predicted 1.40x >= 1.01 (grouped rowwise)"
+    assert advice.converted_expert_groups == advice.experts
+    # the 3-D weights are not Linear layers: no Linear converter touches them, the group decision does
+    assert not any(layer.convert for layer in advice.layers if ".experts." in layer.fqn)
+
+
+def test_group_below_the_threshold_stays_bf16():
+    advice = _advise(grouped_moe(), expert_predictor=StubExperts(speedup=1.04), min_speedup=1.05)
+    assert not any(e.convert for e in advice.experts)
+    assert advice.experts[0].reason == "predicted 1.04x < 1.05 (grouped rowwise)"
+    assert advice.strategy("advice").expert_groups == ()
+
+
+def test_a_gemm_not_divisible_by_16_keeps_the_whole_group_bf16():
+    advice = _advise(grouped_moe(N=1400), expert_predictor=StubExperts(speedup=3.0))
+    (first, _) = advice.experts
+    assert not first.convert
+    assert first.reason.startswith("K or N not divisible by 16 (w1 2048x1400, w2 1400x2048")
+    assert advice.strategy("all_convertible").expert_groups == ()
+
+
+def test_unknown_M_per_expert_is_not_converted_and_top_k_unknown_is_warned():
+    advice = _advise(grouped_moe(M_total=None, top_k=None))
+    first = advice.experts[0]
+    assert not first.convert and first.predicted_speedup is None and first.M_per_expert is None
+    assert first.reason == "M per expert unknown (top_k unknown and the dispatch did not trace)"
+    assert any(w.startswith("top_k unknown for 2 expert group(s)") for w in advice.warnings)
+
+
+def test_small_M_per_expert_is_warned():
+    advice = _advise(grouped_moe(M_total=E * 8))
+    assert any(w.startswith("M per expert below 16 (8.0)") for w in advice.warnings)
+    assert not any("below 16" in w for w in _advise(grouped_moe()).warnings)
+
+
+def test_router_is_never_converted_even_with_N_a_multiple_of_16():
+    # the stub predicts 2x for the router's (M, K, N): it would convert on its own figures
+    predictor = StubPredictor(rule=lambda M, K, N: 2.0)
+    advice = _advise(grouped_moe(), predictor=predictor)
+    router = next(layer for layer in advice.layers if layer.fqn == "layers.0.moe.router.gate")
+    assert router.N == 64 and router.predicted_speedup == pytest.approx(2.0)
+    assert not router.convert and router.reason == "MoE router: N = E = 64, never converted"
+    assert "layers.0.moe.router.gate" not in advice.strategy("all_convertible").converted
+    # shared experts stay ordinary Linears, decided on their own figures
+    shared = next(layer for layer in advice.layers if layer.fqn == "layers.0.moe.shared_experts.w1")
+    assert shared.convert and shared.reason == "predicted 2.00x >= 1.01"
+    assert not any("router" in fqn for fqn in advice.filter_list.converted)
+
+
+def test_linear_list_members_follow_their_group_decision():
+    model = linear_list_moe()
+    # w1 (1024x512) alone would lose (0.9x), w2 (512x1024) wins (1.5x): the group decides for both
+    rule = lambda M, K, N: 0.9 if N == 512 else 1.5  # noqa: E731
+    advice = _advise(model, predictor=StubPredictor(rule=rule))
+    (group,) = advice.experts
+    bf16_w1 = 6 * 4096 * 1024 * 512 / 1e15  # StubPredictor: bf16 = 6 M K N / 1e15, M = 8192 x 2 / 4
+    expected = (4 * bf16_w1 * 2) / (4 * bf16_w1 / 0.9 + 4 * bf16_w1 / 1.5)
+    assert group.predicted_speedup == pytest.approx(expected)  # 1.125x
+    assert group.convert and group.recipe == "rowwise" and group.form == "linear_list"
+    members = set(model.expert_groups[0].member_fqns)
+    decided = {layer.fqn: layer for layer in advice.layers}
+    assert all(decided[fqn].convert for fqn in members)
+    assert all(decided[fqn].M == 4096 for fqn in members)  # each keeps its per-expert M
+    assert decided["moe.experts.0.w1"].reason.startswith(
+        "routed experts moe.experts decided as one: predicted"
+    )
+    assert not decided["moe.gate"].convert
+    # the filter list converts exactly the group (and the other advised Linears)
+    assert set(advice.filter_list.converted) == members | {"attn.wq"}
+
+    losing = _advise(model, predictor=StubPredictor(rule=lambda M, K, N: 0.9 if N == 512 else 1.05))
+    assert not losing.experts[0].convert
+    assert not any(layer.convert for layer in losing.layers if layer.fqn in members)  # w2 alone would convert
+
+
+def test_linear_list_range_uses_the_linear_predictor_at_routed_rows():
+    model = linear_list_moe(n_experts=4, top_k=2)
+    rule = lambda M, K, N: 1.0 + M / 10000  # noqa: E731
+    advice = _advise(model, predictor=StubPredictor(rule=rule), expert_imbalance=2.0)
+    low, high = advice.experts[0].speedup_range
+    # balanced: every expert at M = 4096; at imbalance 2: one at 8192, three at 8192 x 2 / 3 ... rows
+    balanced = 1 + 4096 / 10000
+    assert low == pytest.approx(balanced, rel=1e-3)  # the speedup grows with the busiest expert's share
+    busiest, rest = 8192, round(4096 * (4 - 2) / 3)
+    bf16 = [busiest, rest, rest, rest]  # bf16 time is proportional to M (same K x N)
+    at_two = sum(bf16) / sum(m / (1 + m / 10000) for m in bf16)
+    assert high == pytest.approx(at_two, rel=1e-6)
+
+
+def test_imbalance_range_with_the_roofline():
+    advice = advise(
+        grouped_moe(blocks=1),
+        modelled_choice(),
+        "rowwise",
+        expert_imbalance=4.0,
+        device_capability=None,
+        compare_torchao_auto=False,
+    )
+    (group,) = advice.experts
+    assert group.provenance == "modelled" and group.how == "modelled"
+    low, high = group.speedup_range
+    assert low <= group.predicted_speedup <= high and low < high
+    balanced = advise(grouped_moe(blocks=1), modelled_choice(), "rowwise", device_capability=None)
+    assert balanced.experts[0].speedup_range is None
+    assert balanced.experts[0].predicted_speedup == pytest.approx(group.predicted_speedup)
+    assert any("grouped roofline model" in w for w in advice.warnings)
+
+
+@pytest.mark.parametrize("bad", [0.5, 0.0, -1.0, math.nan, math.inf, "two"])
+def test_bad_imbalance_is_one_clear_error(bad):
+    with pytest.raises(AdvisorError, match="--expert-imbalance must be a number >= 1.0"):
+        check_expert_imbalance(bad)
+    with pytest.raises(AdvisorError, match="--expert-imbalance"):
+        _advise(grouped_moe(), expert_imbalance=bad)
+
+
+def test_linear_recipe_other_than_rowwise_is_said():
+    advice = _advise(grouped_moe(), recipe="tensorwise")
+    assert advice.experts[0].recipe == "rowwise"
+    assert any("rowwise only, whatever the Linear recipe (tensorwise)" in note for note in advice.notes)
+    assert not any("rowwise only" in note for note in _advise(grouped_moe()).notes)
+
+
+def test_tensor_parallel_note_says_experts_are_not_sharded():
+    advice = _advise(grouped_moe(), tensor_parallel=2)
+    assert any(
+        "expert parallelism and tensor-parallel expert shards are not modelled" in n for n in advice.notes
+    )
+
+
+def test_strategies_and_the_speedup_counting_the_experts():
+    advice = _advise(grouped_moe(blocks=1), expert_predictor=StubExperts(speedup=2.0))
+    groups = ("layers.0.moe.experts",)
+    assert advice.strategy("advice").expert_groups == groups
+    assert advice.strategy("all_convertible").expert_groups == groups
+    linear = [layer for layer in advice.layers if layer.counts_in_linear_time]
+    linear_bf16 = sum(layer.bf16_time_s for layer in linear)
+    advised = sum(layer.float8_time_s if layer.convert else layer.bf16_time_s for layer in linear)
+    expected = (linear_bf16 + 3e-3) / (advised + 3e-3 / 2.0)
+    assert advice.gemm_speedup_with_experts(advice.strategy("advice")) == pytest.approx(expected)
+    assert advice.experts_share == pytest.approx(3e-3 / (3e-3 + linear_bf16))
+    data = advice.to_json()
+    assert data["experts"][0]["E"] == E and data["experts"][0]["convert"] is True
+    assert data["expert_imbalance"] == 1.0
+    with_experts = data["summary"]["with_grouped_experts"]
+    assert with_experts["gemm_speedup"]["advice"] == pytest.approx(expected, abs=1e-4)
+
+
+def test_dense_model_has_no_expert_output():
+    from _advice_helpers import llama_layers
+
+    advice = _advise(llama_layers(2))
+    assert advice.experts == () and advice.experts_share is None
+    assert advice.to_json()["summary"]["with_grouped_experts"] is None
+
+
+# --- the step model -----------------------------------------------------------------------------------------
+
+
+def _census():
+    from fp8advisor.census import OpCensus
+
+    return OpCensus(tokens=TOKENS, attention=(), matmuls=(), regions=(), output_shape=None, complete=True)
+
+
+def test_step_counts_grouped_experts_once_per_strategy():
+    from fp8advisor.roofline import GpuSpecs
+    from fp8advisor.step import Calibration, StepConfig, StepGpu, step_report
+
+    model = replace(grouped_moe(blocks=1), census=_census(), parameter_count=0)
+    advice = _advise(model, expert_predictor=StubExperts(speedup=2.0), compare_torchao_auto=True)
+    gpu = StepGpu(GpuSpecs("TEST", 1e12, 2e12, 1e9, 1.0, 1.0, kernel_floor_s=0.0), 1e9)
+    report = step_report(
+        advice, model, StubChoice(), gpu, StepConfig(), Calibration(1.0, "none"), break_even_target=None
+    )
+    bf16, chosen = report.baseline, report.prediction("advice")
+    assert bf16.term("experts_bf16").seconds == pytest.approx(3e-3)
+    assert bf16.term("experts_float8").seconds == 0.0
+    assert chosen.term("experts_float8").seconds == pytest.approx(1.5e-3)
+    assert chosen.term("experts_bf16").seconds == 0.0
+    assert chosen.expert_groups == 1 and bf16.expert_groups == 0
+    # the Linear terms hold only the Linear layers (the 3-D weights have no Linear time): no double count
+    linear = [layer for layer in advice.layers if layer.counts_in_linear_time]
+    assert bf16.term("linear_bf16").seconds == pytest.approx(sum(layer.bf16_time_s for layer in linear))
+    assert bf16.step_s == pytest.approx(sum(layer.bf16_time_s for layer in linear) + 3e-3)
+    # torchao's auto filter sees Linear modules only: the experts stay bf16 there
+    torchao = report.prediction("torchao_auto")
+    assert torchao.term("experts_bf16").seconds == pytest.approx(3e-3)
+    every = report.prediction("all_convertible")
+    assert every.term("experts_float8").seconds == pytest.approx(1.5e-3)
+
+
+def test_step_full_ac_recomputes_the_experts_forward():
+    from fp8advisor.roofline import GpuSpecs
+    from fp8advisor.step import (
+        LINEAR_FORWARD_SHARE,
+        Calibration,
+        Checkpointing,
+        StepConfig,
+        StepGpu,
+        predict_step,
+    )
+
+    model = replace(grouped_moe(blocks=1), census=_census(), parameter_count=0)
+    advice = _advise(model, expert_predictor=StubExperts(speedup=2.0))
+    gpu = StepGpu(GpuSpecs("TEST", 1e12, 2e12, 1e9, 1.0, 1.0, kernel_floor_s=0.0), 1e9)
+    common = dict(gpu=gpu, config=StepConfig(ac=Checkpointing.FULL), calibration=Calibration(1.0, "none"))
+    plain = predict_step("a", "a", model, [], (), **common)
+    with_experts = predict_step(
+        "a", "a", model, [], (), experts=advice.experts, converted_experts=["layers.0.moe.experts"], **common
+    )
+    assert plain.term("recompute").seconds == 0.0
+    assert with_experts.term("recompute").seconds == pytest.approx(LINEAR_FORWARD_SHARE * 1.5e-3)
+
+
+def test_break_even_rescales_the_expert_groups():
+    from fp8advisor.step import scale_layers
+
+    model = grouped_moe(blocks=1)
+    scaled = scale_layers(model, 2 * TOKENS)
+    assert scaled.expert_groups[0].M_total == 2 * TOKENS * TOP_K
+    assert scaled.expert_groups[0].M_per_expert == 2 * TOKENS * TOP_K / E
+
+
+# --- suggest ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def moe_world(monkeypatch):
+    import fp8advisor.layers
+    import fp8advisor.profile
+
+    model = replace(grouped_moe(blocks=3), census=_census(), parameter_count=10**9)
+    monkeypatch.setattr(fp8advisor.layers, "inspect_model", lambda target, **kw: model)
+    monkeypatch.setattr(fp8advisor.profile, "select_profile", lambda requested=None, **kw: modelled_choice())
+    monkeypatch.setattr("fp8advisor.advise._detect_capability", lambda: None)
+    return model
+
+
+def _suggest(*args):
+    from typer.testing import CliRunner
+
+    from fp8advisor.cli import app
+
+    return CliRunner().invoke(app, ["suggest", "moe.py", "--recipe", "rowwise", *args], env={"COLUMNS": "80"})
+
+
+def test_suggest_prints_the_routed_experts_section(moe_world):
+    result = _suggest("--expert-imbalance", "2")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    title = next(i for i, line in enumerate(lines) if line.startswith("Routed experts"))
+    assert "imbalance up to 2" in lines[title] + lines[title + 1]
+    legend = next(i for i, line in enumerate(lines) if line.startswith("~ modelled: the grouped roofline"))
+    assert all(len(line) <= 80 for line in lines[title : legend + 3])  # the section, its legend wrapped
+    row = next(line for line in lines[title:] if line.startswith("layers.{0..2}.moe.experts"))
+    assert re.fullmatch(r"\d+\.\d\d-\d+\.\d\d", row.split()[-2])  # the range column, before the decision
+    assert " 3 " in row and " 64 " in row and "768" in row and "~" in row  # n, E, M per expert, modelled
+    assert "float8" in row or "bf16" in row
+    assert "(routed experts' grouped GEMMs excluded)" in " ".join(line.strip() for line in lines)
+    share = next(i for i, line in enumerate(lines) if line.startswith("routed experts: "))
+    assert "% of the predicted bf16 GEMM time" in lines[share] and len(lines[share]) <= 80
+    assert any(line.strip().startswith("experts bf16") for line in lines)  # the step's terms
+
+
+def test_suggest_json_carries_the_experts(moe_world):
+    result = _suggest("--json", "--expert-imbalance", "1.5")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert [e["group"] for e in data["experts"]] == [f"layers.{i}.moe.experts" for i in range(3)]
+    first = data["experts"][0]
+    assert first["provenance"] == "modelled" and first["recipe"] == "rowwise"
+    low, high = first["speedup_range"]
+    assert low <= first["predicted_speedup"] <= high
+    assert data["expert_imbalance"] == 1.5
+
+
+@pytest.mark.parametrize("bad", ["0.5", "nan"])
+def test_suggest_refuses_a_bad_imbalance(moe_world, bad):
+    result = _suggest("--expert-imbalance", bad)
+    assert result.exit_code == 2
+    assert result.output.count("--expert-imbalance must be a number >= 1.0") == 1
+
+
+def test_recipe_choice_follows_expert_groups():
+    advice = _advise(linear_list_moe(), recipe="auto", predictor=StubPredictor(rule=lambda M, K, N: 1.5))
+    assert advice.recipe in Recipe
+    members = set(linear_list_moe().expert_groups[0].member_fqns)
+    assert members <= set(advice.convert_fqns)
