@@ -385,10 +385,12 @@ class GroupTimes:
 
 def _grouped_sources(profile) -> tuple[Any, GpuSpecs]:
     """The measured grouped profile for the rowwise recipe (None: none) and the roofline constants that go
-    with the profile. A `ProfileChoice` answers from its profile for rowwise, then its primary."""
+    with the profile. A `ProfileChoice` answers from the grouped profile selection found for the GPU
+    (`ProfileChoice.grouped`: a profile of grouped figures alone), then its profile for rowwise, then its
+    primary."""
     candidates = []
     if isinstance(profile, ProfileChoice):
-        candidates = [profile.profile_for(GROUPED_RECIPE), profile.primary]
+        candidates = [profile, profile.profile_for(GROUPED_RECIPE), profile.primary]
     elif profile is not None:
         candidates = [profile]
     grouped = next(

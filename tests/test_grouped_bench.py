@@ -482,6 +482,30 @@ def test_a_grouped_only_profile_does_not_replace_the_linear_profile_but_answers_
     assert select_profile(user_dir / "grouped.json").grouped is not None
 
 
+def test_suggest_predicts_experts_from_a_grouped_only_profile_selected_for_the_gpu(grouped_fit, user_dir):
+    """The selection finds a grouped-only user profile beside the Linear profile, and the expert prediction
+    takes its measured figure rather than the roofline."""
+    from fp8advisor.layers import ExpertForm, ExpertGemm, ExpertGroup
+    from fp8advisor.predict import predict_expert_group
+
+    save_profile(grouped_fit.profile, user_dir / "grouped.json")
+    choice = select_profile(device_name=H100)
+    group = ExpertGroup(
+        fqn="layers.0.moe.experts",
+        cls="GroupedExperts",
+        form=ExpertForm.GROUPED,
+        n_experts=64,
+        top_k=4,
+        top_k_source="test",
+        tokens=8192,
+        M_total=8192 * 4,  # 512 rows per expert: a measured point
+        gemms=(ExpertGemm("w1", 4096, 768, ("layers.0.moe.experts.w1",)),),
+    )
+    times = predict_expert_group(choice, group)
+    assert times.provenance == "measured"
+    assert times.bf16_s / times.float8_s == pytest.approx(synthetic_speedup(64, 512, 4096, 768), rel=1e-5)
+
+
 def test_results_identify_grouped_points_by_e_m_per_expert_k_n_and_check_them():
     from fp8advisor.results import grid_point_keys, point_key, point_problem
 
