@@ -1003,6 +1003,8 @@ def _grouped_candidates(modules, layer_by_fqn: dict[str, GemmLayer]) -> list[_Ex
     E = the weights' first dimension; K, N per expert as the GEMM saw them."""
     found = []
     for fqn, module in modules:
+        if not fqn:
+            continue  # weights of the model itself: no module of experts to name (or for a converter to swap)
         weights = [
             (name, parameter)
             for name, parameter in module.named_parameters(recurse=False)
