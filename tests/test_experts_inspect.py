@@ -110,6 +110,34 @@ def test_bmm_experts_without_top_k_take_m_from_the_trace(tmp_path):
     assert any("top_k unknown" in note and "192 / 4" in note for note in group.notes)
 
 
+def test_an_expert_gemm_with_n_equal_to_e_is_not_taken_for_the_router(tmp_path):
+    # w_in (4 experts, 64 -> 4): N = E and K = the experts' K, as a router's; it is a member, not the router.
+    body = BMM_EXPERTS.replace("torch.empty(4, 64, 128)", "torch.empty(4, 64, 4)")
+    path = write_model(tmp_path, body.replace("torch.empty(4, 128, 64)", "torch.empty(4, 4, 64)"))
+    inspected = inspect_model(f"{path}:Net", batch=1, seq=64)
+    (group,) = inspected.expert_groups
+    assert [(g.name, g.K, g.N) for g in group.gemms] == [("w_in", 64, 4), ("w_out", 4, 64)]
+    assert group.router is None
+    assert_router_and_shared_stay_out(inspected)
+
+
+@pytest.mark.parametrize(
+    ("attributes", "top_k", "source"),
+    [
+        ("self.config = SimpleNamespace(num_experts_per_tok=2)", 2, "config.num_experts_per_tok"),
+        ("self.experts.topk = 1; self.config = SimpleNamespace(num_experts_per_tok=2)", 1, "experts.topk"),
+        ("self.experts.top_k = 5", None, None),  # more than E = 4: not a top_k
+        ("self.experts.top_k = True", None, None),
+    ],
+)
+def test_top_k_is_read_where_the_model_shows_it(tmp_path, attributes, top_k, source):
+    body = BMM_EXPERTS.replace("self.experts = Experts()", f"self.experts = Experts(); {attributes}")
+    path = write_model(tmp_path, "from types import SimpleNamespace\n" + body)
+    (group,) = inspect_model(f"{path}:Net", batch=1, seq=64).expert_groups
+    assert group.top_k == top_k
+    assert group.top_k_source == source if source else group.top_k_source.startswith("unknown")
+
+
 def test_grouped_mm_on_fp32_meta_weights_traces_in_bf16(tmp_path):
     # transformers 5 builds its MoE in fp32 and calls torch._grouped_mm, whose meta kernel wants bf16.
     path = write_model(
@@ -206,11 +234,12 @@ class Moe(nn.Module):
         self.gate = nn.Linear(64, 4, bias=False)
         self.experts = nn.ModuleList(Expert() for _ in range(4))
         self.shared_expert = Expert()
+        self.mix = nn.Linear(64, 64, bias=False)  # neither router nor shared expert
 
     def forward(self, x):
         flat = x.reshape(-1, 64)
         {dispatch}
-        return out.view(x.shape) + self.shared_expert(x)
+        return self.mix(out.view(x.shape)) + self.shared_expert(x)
 
 
 class Net(nn.Module):
