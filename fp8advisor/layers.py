@@ -1180,7 +1180,9 @@ def find_expert_groups(
     groups: list[ExpertGroup] = []
     replaced: dict[str, GemmLayer] = {}
     for candidate, router, moe in found:
-        group, updated = _expert_group(model, candidate, router, moe, layer_by_fqn, modules_by_fqn, trace)
+        group, updated = _expert_group(
+            model, candidate, router, moe, layer_by_fqn, layers_under.get(moe, ()), modules_by_fqn, trace
+        )
         groups.append(group)
         for layer in updated:
             replaced[layer.fqn] = layer
@@ -1190,9 +1192,17 @@ def find_expert_groups(
 
 
 def _expert_group(
-    model, candidate: _ExpertCandidate, router, moe: str, layer_by_fqn, modules_by_fqn, trace: _Trace
+    model,
+    candidate: _ExpertCandidate,
+    router,
+    moe: str,
+    layer_by_fqn,
+    in_moe: Sequence[GemmLayer],
+    modules_by_fqn,
+    trace: _Trace,
 ) -> tuple[ExpertGroup, list[GemmLayer]]:
-    """One group with its top_k, M and shared experts; the member layers whose M had to be re-assumed."""
+    """One group with its top_k, M and shared experts (`in_moe`: the layers inside the MoE module); the
+    member layers whose M had to be re-assumed."""
     E = candidate.n_experts
     tokens = trace.assumed_M
     router_module = None
@@ -1205,9 +1215,8 @@ def _expert_group(
     top_k, top_k_source = _find_top_k(model, modules_by_fqn, places, E)
     shared = tuple(
         layer.fqn
-        for layer in layer_by_fqn.values()
+        for layer in in_moe
         if layer.is_linear
-        and _is_under(layer.fqn, moe)
         and "shared" in layer.fqn[len(moe) :].lower()
         and layer.fqn not in candidate.members
         and (router is None or layer.fqn != router.fqn)
