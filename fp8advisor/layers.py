@@ -295,6 +295,7 @@ def _make_recorder(
 
     gemm_ops = _gemm_ops()
     value_ops = _value_ops()
+    bf16_only = _bf16_only_ops()
     data_dependent_tags = {torch.Tag.data_dependent_output, torch.Tag.dynamic_output_shape}
     keep_alive: list = []  # copies of parameters: their storages must not be freed and reused while we trace
 
@@ -329,7 +330,10 @@ def _make_recorder(
                 out = _materialize(cached, meta)
             else:
                 try:
-                    out = func(*args, **kwargs)
+                    if func in bf16_only and _off_bf16_on_meta(args, meta):
+                        out = _run_in_bf16(func, args, kwargs)
+                    else:
+                        out = func(*args, **kwargs)
                 except Exception as error:
                     if data_dependent_tags.intersection(func.tags):
                         raise _TracingStopped(str(func.overloadpacket.__name__), error) from error
@@ -372,6 +376,44 @@ def _make_recorder(
             return True
 
     return GemmRecorder()
+
+
+def _bf16_only_ops() -> set:
+    """GEMM ops whose meta kernel accepts only bf16 operands (torch._grouped_mm, as its CUDA kernel)."""
+    op = compat.aten_op("_grouped_mm")
+    return set() if op is None else {op.default}
+
+
+def _off_bf16_on_meta(args, meta) -> bool:
+    """Whether a GEMM's operands are meta tensors of a floating dtype other than bf16."""
+    import torch
+
+    operands = [a for a in args[:2] if isinstance(a, torch.Tensor)]
+    return bool(operands) and all(
+        a.device == meta and a.is_floating_point() and a.dtype != torch.bfloat16 for a in operands
+    )
+
+
+def _run_in_bf16(func, args, kwargs):
+    """Run a bf16-only GEMM (torch._grouped_mm) on meta operands of another dtype: in bf16, cast back.
+
+    Shapes only: a model built in fp32 (Hugging Face's transformers 5 MoE experts call torch._grouped_mm on
+    fp32 weights when built from a config) would stop tracing at its first expert GEMM, which training runs in
+    bf16. The output takes the dtype the caller asked for (its `out_dtype`, else its input's), as if the
+    kernel accepted it.
+    """
+    import torch
+
+    schema_args = [argument.name for argument in compat.op_schema(func).arguments]
+    named = dict(zip(schema_args, args, strict=False)) | dict(kwargs)
+    out_dtype = named.pop("out_dtype", None) or named[schema_args[0]].dtype
+    in_bf16 = {
+        name: value.to(torch.bfloat16)
+        if isinstance(value, torch.Tensor) and value.is_floating_point()
+        else value
+        for name, value in named.items()
+    }
+    return func(**in_bf16).to(out_dtype)
 
 
 def _metadata_key(func, args, kwargs, meta) -> tuple | None:
@@ -680,13 +722,20 @@ def inspect_loaded(loaded, *, batch: int = 1, seq: int = 8192, debug: bool = Fal
             "counted as matmuls and memory regions, where training with sdpa runs one fused kernel"
         )
         census = replace(census, notes=(*census.notes, eager))
-    layers = _build_layers(model, modules, owners, calls, module_calls, module_rows, stopped, batch * seq)
+    layers, trace = _build_layers(
+        model, modules, owners, calls, module_calls, module_rows, stopped, batch * seq
+    )
+    expert_groups, layers = find_expert_groups(model, modules, layers, trace)
     if stopped is not None:
         what, where = stopped
         assumed = sum(1 for layer in layers if "M assumed:" in (layer.reason or ""))
+        per_expert = sum(1 for layer in layers if _BALANCED_REASON in (layer.reason or ""))
+        experts = f"; {per_expert} routed expert Linear(s) M per expert under balanced routing" * bool(
+            per_expert
+        )
         notes.append(
             f"tracing stopped at {where or 'an unknown place'} ({what}); "
-            f"{assumed} layer(s) that had not run yet assumed M = batch x seq = {batch * seq}"
+            f"{assumed} layer(s) that had not run yet assumed M = batch x seq = {batch * seq}{experts}"
         )
     if not layers:
         raise TargetError(
@@ -702,6 +751,7 @@ def inspect_loaded(loaded, *, batch: int = 1, seq: int = 8192, debug: bool = Fal
         census=census,
         parameter_count=sum(parameter.numel() for parameter in model.parameters()),
         max_positions=max_positions(model),
+        expert_groups=tuple(expert_groups),
     )
 
 
@@ -724,7 +774,8 @@ def max_positions(model) -> tuple[int, str] | None:
 
 def _build_layers(
     model, modules, owners, calls, module_calls, module_rows, stopped, assumed_M
-) -> list[GemmLayer]:
+) -> tuple[list[GemmLayer], _Trace]:
+    """Every GEMM-bearing layer in module order, and the trace they were read from."""
     from torch import nn
 
     torchao_names = _torchao_names(model)
@@ -765,7 +816,7 @@ def _build_layers(
             found = per_parameter.get((id(module), name))
             if found:
                 layers.append(_parameter_layer(fqn, module, name, found, owners))
-    return layers
+    return layers, trace
 
 
 def _tied_to(parameter, module, owners) -> str | None:
@@ -798,7 +849,13 @@ class _Trace:
     assumed_M: int  # batch x seq
 
 
-def _linear_layer(fqn: str, module, trace: _Trace) -> GemmLayer:
+def _stopped_before(trace: _Trace) -> str:
+    return f"tracing stopped at {trace.stopped[1] or 'an unknown place'} before it ran"
+
+
+def _linear_layer(fqn: str, module, trace: _Trace, assumed: tuple[int, str] | None = None) -> GemmLayer:
+    """The GemmLayer of one nn.Linear. `assumed`: (M, reason) for a layer tracing stopped before, in place of
+    batch x seq (routed experts: M per expert under balanced routing)."""
     from torch import nn
 
     K, N = module.in_features, module.out_features
@@ -814,8 +871,8 @@ def _linear_layer(fqn: str, module, trace: _Trace) -> GemmLayer:
     status, reason = LayerStatus.TRACED, None
     if not called:
         if trace.stopped is not None:
-            status, Ms = LayerStatus.ASSUMED, (trace.assumed_M,)
-            reason = f"M assumed: tracing stopped at {trace.stopped[1] or 'an unknown place'} before it ran"
+            M, reason = assumed or (trace.assumed_M, f"M assumed: {_stopped_before(trace)}")
+            status, Ms = LayerStatus.ASSUMED, (M,)
         else:
             status = LayerStatus.NOT_CALLED
             outside = trace.outside_linear.get(id(module))
@@ -861,8 +918,9 @@ def _parameter_layer(module_fqn: str, module, name: str, found: list, owners: di
     if parameter.dim() >= 3:
         cls = owner_cls
         reason = (
-            f"{parameter.dim()}-D expert weights in torch.{first.op}, not nn.Linear "
-            "(see torchao.prototype.moe_training)"
+            f"{parameter.dim()}-D expert weights in torch.{first.op}: routed experts, converted as a group "
+            "(torchtitan's Float8GroupedExpertsConverter, torchao's moe_training), not by Float8Linear "
+            "conversion"
         )
     else:
         cls = "Parameter"
@@ -881,6 +939,370 @@ def _parameter_layer(module_fqn: str, module, name: str, found: list, owners: di
         is_linear=False,
         tied_to=others[0] if others else None,
     )
+
+
+# ----------------------------------------------------------------------------------------------------
+# Routed experts
+
+#: Attribute names under which MoE code keeps the experts each token goes to, on the MoE module, its router
+#: or the model's config: torchtitan (`router.top_k`), transformers (`num_experts_per_tok`, the router's
+#: `top_k`), DeepSeek's reference code (`n_activated_experts`, `topk`), Megatron (`moe_router_topk`), others.
+TOP_K_NAMES = (
+    "top_k",
+    "num_experts_per_tok",
+    "topk",
+    "n_activated_experts",
+    "experts_per_token",
+    "moe_top_k",
+    "moe_router_topk",
+    "router_top_k",
+    "num_selected_experts",
+)
+
+#: An expert of a ModuleList holds a small MLP: at most this many Linear layers (a transformer block has
+#: more), so a list of identical blocks is not taken for experts.
+_MAX_EXPERT_LINEARS = 4
+
+#: How far above the experts the router is looked for: torchtitan's `moe.router.gate` is two levels above
+#: `moe.routed_experts.inner_experts`.
+_ROUTER_LEVELS = 3
+
+#: The start of a routed expert Linear's reason when its M is the balanced per-expert count.
+_BALANCED_REASON = "M assumed per expert under balanced routing"
+
+
+@dataclass
+class _ExpertCandidate:
+    """A module holding routed experts, before its router, top_k and M are known."""
+
+    fqn: str
+    module: Any
+    form: ExpertForm
+    n_experts: int
+    gemms: tuple[ExpertGemm, ...]
+
+    @property
+    def members(self) -> set[str]:
+        return {fqn for gemm in self.gemms for fqn in gemm.fqns}
+
+
+def _join(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix and name else prefix or name
+
+
+def _parent(fqn: str) -> str:
+    return fqn.rpartition(".")[0]
+
+
+def _is_under(fqn: str, ancestor: str) -> bool:
+    return not ancestor or fqn == ancestor or fqn.startswith(ancestor + ".")
+
+
+def _grouped_candidates(modules, layer_by_fqn: dict[str, GemmLayer]) -> list[_ExpertCandidate]:
+    """Modules owning 3-D weights that a grouped GEMM (torch._grouped_mm, _scaled_grouped_mm, bmm) multiplied:
+    E = the weights' first dimension; K, N per expert as the GEMM saw them."""
+    found = []
+    for fqn, module in modules:
+        if not fqn:
+            continue  # weights of the model itself: no module of experts to name (or for a converter to swap)
+        weights = [
+            (name, parameter)
+            for name, parameter in module.named_parameters(recurse=False)
+            if parameter.dim() >= 3 and _join(fqn, name) in layer_by_fqn
+        ]
+        if not weights:
+            continue
+        n_experts = int(weights[0][1].shape[0])
+        gemms = tuple(
+            ExpertGemm(name, layer.K, layer.N, (layer.fqn,))
+            for name, parameter in weights
+            if parameter.shape[0] == n_experts
+            for layer in (layer_by_fqn[_join(fqn, name)],)
+        )
+        found.append(_ExpertCandidate(fqn, module, ExpertForm.GROUPED, n_experts, gemms))
+    return found
+
+
+def _expert_signature(expert) -> tuple:
+    """What makes two experts the same: their class and the (name, in, out) of each Linear inside."""
+    from torch import nn
+
+    linears = tuple(
+        (name, m.in_features, m.out_features)
+        for name, m in expert.named_modules()
+        if isinstance(m, nn.Linear)
+    )
+    return type(expert), linears
+
+
+def _linear_list_candidates(modules, layer_by_fqn: dict[str, GemmLayer]) -> list[_ExpertCandidate]:
+    """ModuleLists / ModuleDicts of >= 2 structurally identical modules of at most `_MAX_EXPERT_LINEARS`
+    Linears each (an MLP each): routed experts if `_looks_routed` agrees."""
+    from torch import nn
+
+    found = []
+    for fqn, module in modules:
+        if not isinstance(module, (nn.ModuleList, nn.ModuleDict)) or "shared" in fqn.lower():
+            continue
+        children = list(module.named_children())
+        if len(children) < 2:
+            continue
+        signatures = {_expert_signature(child) for _, child in children}
+        if len(signatures) != 1:
+            continue
+        _, linears = signatures.pop()
+        if not linears or len(linears) > _MAX_EXPERT_LINEARS:
+            continue
+        gemms = []
+        for name, K, N in linears:
+            fqns = tuple(_join(_join(fqn, child_name), name) for child_name, _ in children)
+            if not all(member in layer_by_fqn for member in fqns):
+                break  # an expert registered first under another name: not this list's to group
+            gemms.append(ExpertGemm(name or "linear", K, N, fqns))
+        else:
+            found.append(_ExpertCandidate(fqn, module, ExpertForm.LINEAR_LIST, len(children), tuple(gemms)))
+    return found
+
+
+def _layers_under(layers: Sequence[GemmLayer]) -> dict[str, list[GemmLayer]]:
+    """Each module FQN ("" the model) -> the layers inside it, in module order."""
+    under: dict[str, list[GemmLayer]] = {}
+    for layer in layers:
+        fqn = layer.fqn
+        while True:
+            fqn = _parent(fqn)
+            under.setdefault(fqn, []).append(layer)
+            if not fqn:
+                break
+    return under
+
+
+def _find_router(
+    candidate: _ExpertCandidate, layers_under: dict, taken: set[str], groups: Sequence[str], levels: int
+) -> tuple[GemmLayer | None, str]:
+    """(the router's GEMM layer, the MoE module's FQN): the first layer with N = E and the experts' K in the
+    nearest of `levels` ancestors of the experts, not past an ancestor holding another group of experts.
+    Without one the MoE module is the experts' parent."""
+    Ks = {gemm.K for gemm in candidate.gemms}
+    ancestor = candidate.fqn
+    for _ in range(levels):
+        if not ancestor:
+            break
+        ancestor = _parent(ancestor)
+        if any(other != candidate.fqn and _is_under(other, ancestor) for other in groups):
+            break  # a whole block or the model: its other MoE layers' routers are not this one's
+        for layer in layers_under.get(ancestor, ()):
+            if layer.N == candidate.n_experts and layer.K in Ks and layer.fqn not in taken:
+                return layer, ancestor
+    return None, _parent(candidate.fqn)
+
+
+def _looks_routed(candidate: _ExpertCandidate, router: GemmLayer | None) -> bool:
+    """A ModuleList is routed experts when its name says experts (and not shared ones) or a router with
+    N = its length sits beside it."""
+    name = candidate.fqn.rpartition(".")[2].lower()
+    return router is not None or ("expert" in name and "shared" not in candidate.fqn.lower())
+
+
+def _valid_top_k(value, n_experts: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= n_experts
+
+
+def _find_top_k(model, modules_by_fqn: dict, places: Sequence[str], n_experts: int) -> tuple[int | None, str]:
+    """(top_k, where it was read): an attribute in `TOP_K_NAMES` on the modules at `places` (the MoE module,
+    its router, the experts), else on the model's config; (None, why) when none shows it."""
+    for place in dict.fromkeys(places):
+        module = modules_by_fqn.get(place)
+        for name in TOP_K_NAMES:
+            value = getattr(module, name, None) if module is not None else None
+            if _valid_top_k(value, n_experts):
+                return value, _join(place, name) if place else name
+    for holder in _POSITION_HOLDERS:
+        config = getattr(model, holder, None)
+        for name in TOP_K_NAMES:
+            value = getattr(config, name, None) if config is not None else None
+            if _valid_top_k(value, n_experts):
+                return value, f"{holder}.{name}"
+    return None, "unknown: no top_k (or num_experts_per_tok, ...) on the MoE module, its router or the config"
+
+
+def _module_path(fqn: str, stop: str) -> list[str]:
+    """`fqn` and its ancestors up to `stop` (included), innermost first."""
+    path = [fqn]
+    while fqn and fqn != stop and _is_under(fqn, stop):
+        fqn = _parent(fqn)
+        path.append(fqn)
+    return path
+
+
+def _balanced_M(tokens: int, top_k: int, n_experts: int) -> tuple[int, str]:
+    """(M of each expert under balanced routing, how): tokens x top_k / E, rounded up to a whole row (the
+    busiest expert of the most even split)."""
+    rows = tokens * top_k
+    M = -(-rows // n_experts)
+    rounded = "" if rows % n_experts == 0 else f" = {rows / n_experts:.1f}, rounded up"
+    return M, f"{tokens} x {top_k} / {n_experts}{rounded}"
+
+
+def find_expert_groups(
+    model, modules, layers: list[GemmLayer], trace: _Trace
+) -> tuple[list[ExpertGroup], list[GemmLayer]]:
+    """The routed experts of every MoE layer, and `layers` with each member marked (`GemmLayer.expert_group`).
+
+    Two forms: GROUPED, 3-D weights a grouped GEMM multiplied (their module is one group, E = the weights'
+    first dimension, M total = the rows the GEMM multiplied); LINEAR_LIST, a ModuleList of identical expert
+    MLPs (each GEMM of the group is E Linears). A ModuleList's dispatch usually depends on the routing
+    (torch.where / nonzero), which stops the meta trace: its Linears, assumed M = batch x seq by default,
+    get M = tokens x top_k / E, the rows of each expert under balanced routing. Routers (the GEMM with N = E
+    next to the experts) and shared experts (Linears named "shared" in the MoE module) are never members.
+    """
+    layer_by_fqn = {layer.fqn: layer for layer in layers}
+    modules_by_fqn = dict(modules)
+    order = {fqn: index for index, (fqn, _) in enumerate(modules)}
+    layers_under = _layers_under(layers)
+    grouped = _grouped_candidates(modules, layer_by_fqn)
+    listed = _linear_list_candidates(modules, layer_by_fqn)
+    members = {fqn for candidate in grouped + listed for fqn in candidate.members}
+    everything = [c.fqn for c in grouped + listed]
+
+    found: list[tuple[_ExpertCandidate, GemmLayer | None, str]] = []
+    for candidate in grouped:
+        router, moe = _find_router(candidate, layers_under, members, everything, _ROUTER_LEVELS)
+        found.append((candidate, router, moe))
+    for candidate in listed:
+        if candidate.members & {fqn for c, _, _ in found for fqn in c.members}:
+            continue  # nested inside a group already found
+        router, moe = _find_router(candidate, layers_under, members, everything, 1)
+        if _looks_routed(candidate, router):
+            found.append((candidate, router, moe))
+    found.sort(key=lambda item: order[item[0].fqn])
+
+    groups: list[ExpertGroup] = []
+    replaced: dict[str, GemmLayer] = {}
+    for candidate, router, moe in found:
+        group, updated = _expert_group(
+            model, candidate, router, moe, layer_by_fqn, layers_under.get(moe, ()), modules_by_fqn, trace
+        )
+        groups.append(group)
+        for layer in updated:
+            replaced[layer.fqn] = layer
+        for fqn in candidate.members:
+            replaced[fqn] = replace(replaced.get(fqn, layer_by_fqn[fqn]), expert_group=candidate.fqn)
+    return groups, [replaced.get(layer.fqn, layer) for layer in layers]
+
+
+def _expert_group(
+    model,
+    candidate: _ExpertCandidate,
+    router,
+    moe: str,
+    layer_by_fqn,
+    in_moe: Sequence[GemmLayer],
+    modules_by_fqn,
+    trace: _Trace,
+) -> tuple[ExpertGroup, list[GemmLayer]]:
+    """One group with its top_k, M and shared experts (`in_moe`: the layers inside the MoE module); the
+    member layers whose M had to be re-assumed."""
+    E = candidate.n_experts
+    tokens = trace.assumed_M
+    router_module = None
+    if router is not None:
+        router_module = router.fqn if router.is_linear else _parent(router.fqn)
+    places = [moe]
+    if router_module is not None:
+        places += _module_path(router_module, moe)
+    places += _module_path(candidate.fqn, moe)
+    top_k, top_k_source = _find_top_k(model, modules_by_fqn, places, E)
+    shared = tuple(
+        layer.fqn
+        for layer in in_moe
+        if layer.is_linear
+        and "shared" in layer.fqn[len(moe) :].lower()
+        and layer.fqn not in candidate.members
+        and (router is None or layer.fqn != router.fqn)
+    )
+    notes: list[str] = []
+    if router is None:
+        notes.append(f"no router found: no GEMM with N = E = {E} beside the experts")
+    updated: list[GemmLayer] = []
+    if candidate.form is ExpertForm.GROUPED:
+        M_total, more = _grouped_M_total(candidate, layer_by_fqn, tokens, top_k)
+        notes += more
+    else:
+        M_total, updated, more = _linear_list_M(candidate, layer_by_fqn, modules_by_fqn, trace, top_k)
+        notes += more
+    group = ExpertGroup(
+        fqn=candidate.fqn,
+        cls=type(candidate.module).__name__,
+        form=candidate.form,
+        n_experts=E,
+        top_k=top_k,
+        top_k_source=top_k_source,
+        tokens=tokens,
+        M_total=M_total,
+        gemms=candidate.gemms,
+        router=None if router is None else router.fqn,
+        shared=shared,
+        notes=tuple(notes),
+    )
+    return group, updated
+
+
+def _grouped_M_total(candidate: _ExpertCandidate, layer_by_fqn, tokens: int, top_k) -> tuple[int, list[str]]:
+    """Rows through each grouped GEMM (the traced A's rows; bmm (E, m, K): E x m), and what to say of them."""
+    first = layer_by_fqn[candidate.gemms[0].fqns[0]]
+    M_total = sum(first.M_per_call)
+    notes = []
+    if first.calls > 1:
+        notes.append(f"each grouped GEMM ran {first.calls} times in the forward: M total counts every call")
+    if top_k is None:
+        notes.append(f"top_k unknown: M per expert = the traced rows / E = {M_total} / {candidate.n_experts}")
+    elif M_total != tokens * top_k:
+        notes.append(
+            f"the grouped GEMMs multiplied {M_total} rows, not tokens x top_k = {tokens * top_k} "
+            "(the model's dispatch pads, caps or drops rows)"
+        )
+    return M_total, notes
+
+
+def _linear_list_M(
+    candidate: _ExpertCandidate, layer_by_fqn, modules_by_fqn, trace: _Trace, top_k
+) -> tuple[int | None, list[GemmLayer], list[str]]:
+    """M total of a ModuleList of experts, and its Linears re-assumed at the balanced M per expert.
+
+    Traced (a static dispatch ran every expert): each Linear's traced M is already its expert's rows. Tracing
+    stopped before them: M = tokens x top_k / E each (unknown top_k: they stay at batch x seq, M unknown).
+    """
+    E = candidate.n_experts
+    tokens = trace.assumed_M
+    first = candidate.gemms[0].fqns
+    assumed = [
+        fqn
+        for fqn in candidate.members
+        if layer_by_fqn[fqn].status is LayerStatus.ASSUMED
+        or (trace.stopped is not None and not trace.module_calls.get(id(modules_by_fqn[fqn]), 0))
+    ]
+    if not assumed:
+        M_total = sum(sum(layer_by_fqn[fqn].M_per_call) for fqn in first)
+        return M_total, [], ["dispatch traced: each expert's M is the rows it multiplied"]
+    if top_k is None:
+        why = (
+            f"M assumed: {_stopped_before(trace)}; a routed expert whose top_k the model does not show: "
+            "M per expert unknown, batch x seq overestimates it"
+        )
+        updated = [_linear_layer(fqn, modules_by_fqn[fqn], trace, (tokens, why)) for fqn in sorted(assumed)]
+        note = (
+            "top_k unknown and the dispatch did not trace: M per expert unknown (members assumed batch x seq)"
+        )
+        return None, updated, [note]
+    M, how = _balanced_M(tokens, top_k, E)
+    why = (
+        f"{_BALANCED_REASON} (tokens x top_k / E = {how}): {_stopped_before(trace)}; real counts "
+        "vary per step, and float8's grad_weight GEMM needs each to be a multiple of 16 (pad_inner_dim=True "
+        "pads it)"
+    )
+    updated = [_linear_layer(fqn, modules_by_fqn[fqn], trace, (M, why)) for fqn in sorted(assumed)]
+    return tokens * top_k, updated, [f"dispatch did not trace: M per expert = tokens x top_k / E = {how}"]
 
 
 def block_shape(fqn: str) -> str:

@@ -109,7 +109,7 @@ def test_moe_router_and_grouped_experts():
 
 
 def test_llama3_405b_and_deepseek_v3_sizes_are_the_published_ones():
-    # The speed benchmark's largest targets: Llama 3.1 405B and a DeepSeek-V3-sized MoE (plain attention).
+    # The speed benchmark's largest targets: Llama 3.1 405B and DeepSeek-V3 (its MLA attention included).
     from fp8advisor.target import load_model
 
     llama = load_model(f"{MODELS_DIR / 'llama3.py'}:llama3_405b", "meta").model
@@ -119,7 +119,8 @@ def test_llama3_405b_and_deepseek_v3_sizes_are_the_published_ones():
     assert tuple(llama.layers["0"].feed_forward.w1.weight.shape) == (53248, 16384)
     assert tuple(llama.output.weight.shape) == (128256, 16384)
     moe = load_model(f"{MODELS_DIR / 'moe.py'}:deepseek_v3_671b", "meta").model
-    assert round(sum(p.numel() for p in moe.parameters()) / 1e9) == 672  # 671B + the plain attention's extra
+    assert round(sum(p.numel() for p in moe.parameters()) / 1e9) == 671  # DeepSeek-V3's 671B (without MTP)
+    assert tuple(moe.layers["0"].attention.wkv_b.weight.shape) == (128 * (128 + 128), 512)  # MLA
     assert len(moe.layers) == 61 and not hasattr(moe.layers["2"], "moe")
     assert tuple(moe.layers["2"].feed_forward.w1.weight.shape) == (18432, 7168)
     assert tuple(moe.layers["3"].moe.experts.w1.shape) == (256, 7168, 2048)

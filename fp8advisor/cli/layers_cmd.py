@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fp8advisor.cli import command, console, state
-from fp8advisor.layers import GemmLayer, LayerStatus, ModelLayers, block_shape, fold_repeated
+from fp8advisor.layers import ExpertGroup, GemmLayer, LayerStatus, ModelLayers, block_shape, fold_repeated
 
 _STATUS_STYLE = {
     LayerStatus.TRACED: "green",
@@ -54,6 +54,11 @@ def layers(
     for footnote in footnotes:
         console.print(footnote)
     console.print(summary_line(inspected))
+    if inspected.expert_groups:
+        experts, expert_notes = render_experts(inspected)
+        console.print(experts)
+        for note in expert_notes:
+            console.print(Text(note), soft_wrap=False)
     if inspected.seq_warning:
         console.print(Text("warning: ", style="yellow") + Text(inspected.seq_warning), soft_wrap=True)
     for note in inspected.notes:
@@ -116,6 +121,89 @@ def render_table(inspected: ModelLayers, *, group: bool = True) -> tuple[Table, 
         cells.append(status + Text(f" {mark}") if mark else status)
         table.add_row(*cells)
     return table, [f"[{number}] {note}" for number, note in enumerate(footnotes, start=1)]
+
+
+def _m_number(value: float | None) -> str:
+    if value is None:
+        return "unknown"
+    return str(int(value)) if float(value).is_integer() else f"{value:.1f}"
+
+
+def _expert_shape(group: ExpertGroup) -> tuple:
+    """What two MoE layers must share to read as one row: all but their names and block indices."""
+    return (
+        group.cls,
+        group.form,
+        group.n_experts,
+        group.top_k,
+        block_shape(group.top_k_source),
+        group.M_total,
+        tuple((gemm.name, gemm.K, gemm.N) for gemm in group.gemms),
+        group.router is None,
+        len(group.shared),
+        group.notes,
+    )
+
+
+def render_experts(inspected: ModelLayers) -> tuple[Table, list[str]]:
+    """The routed experts, one row per group shape folded over blocks, and the lines that explain it (where
+    top_k was read, how M per expert is counted, routers and shared experts, each group's notes)."""
+    table = Table(
+        title="routed experts: each group converts as one, not as nn.Linear",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        padding=0,
+    )
+    table.add_column("experts (FQN)", overflow="fold", ratio=1)
+    table.add_column("form", no_wrap=True)
+    for header in ("E", "top_k", "M/expert", "M total"):
+        table.add_column(header, justify="right", no_wrap=True)
+    table.add_column("GEMMs K x N", no_wrap=True)
+    lines: list[str] = []
+    for row in fold_repeated(inspected.expert_groups, _expert_shape):
+        group = row.first
+        gemms = "\n".join(f"{gemm.name} {gemm.K}x{gemm.N}" for gemm in group.gemms)
+        table.add_row(
+            row.pattern,
+            group.form.value,
+            str(group.n_experts),
+            "unknown" if group.top_k is None else str(group.top_k),
+            _m_number(group.M_per_expert),
+            _m_number(group.M_total),
+            gemms,
+        )
+        lines += _expert_lines(row.pattern, row.members)
+    lines.append(
+        f"M per expert = M total / E: the rows of each expert under balanced routing (tokens x top_k / E at "
+        f"{inspected.tokens} tokens)"
+    )
+    return table, list(dict.fromkeys(lines))
+
+
+def _expert_lines(pattern: str, groups: tuple[ExpertGroup, ...]) -> list[str]:
+    first = groups[0]
+    folded = fold_repeated([_Named(g.top_k_source) for g in groups]) if first.top_k is not None else []
+    where = folded[0].pattern if len(folded) == 1 else first.top_k_source
+    lines = [f"{pattern}: top_k from {where}" if first.top_k is not None else f"{pattern}: top_k {where}"]
+    routers = [g.router for g in groups if g.router]
+    if routers:
+        lines.append(f"  router {_folded_names(routers)}: N = E, not one of the experts")
+    shared = list(dict.fromkeys(fqn.rpartition(".")[0] or fqn for g in groups for fqn in g.shared))
+    if shared:
+        lines.append(f"  shared experts {_folded_names(shared)}: dense Linears, in the table above")
+    lines += [f"  {note}" for note in first.notes]
+    return lines
+
+
+class _Named:
+    def __init__(self, fqn: str):
+        self.fqn = fqn
+
+
+def _folded_names(fqns: list[str]) -> str:
+    return ", ".join(row.pattern for row in fold_repeated(_Named(fqn) for fqn in fqns))
 
 
 def _row_notes(layer: GemmLayer) -> list[str]:
