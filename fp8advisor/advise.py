@@ -121,7 +121,8 @@ class ExpertAdvice:
 
     `predicted_speedup` is the grouped GEMMs' forward+backward speedup under balanced routing;
     `speedup_range` (low, high) under the `--expert-imbalance` the user stated (None: balanced only).
-    Times are summed over the group's GEMMs at M_total rows.
+    Times are summed over the group's GEMMs at M_total rows. With expert parallelism (`--ep P`) everything
+    is per GPU: `E_local` = E / P experts, `M_per_expert` = M_total / E_local (balanced routing).
     """
 
     group: str  # ExpertGroup.fqn
@@ -139,6 +140,12 @@ class ExpertAdvice:
     float8_time_s: float = 0.0
     provenance: str | None = None  # "modelled" until a measured grouped profile exists
     how: str | None = None
+    E_local: int | None = None  # experts per GPU under expert parallelism (None: all E on one GPU)
+
+    @property
+    def experts_per_gpu(self) -> int:
+        """E / P: the experts each GPU holds (E without expert parallelism)."""
+        return self.n_experts if self.E_local is None else self.E_local
 
     def to_json(self) -> dict:
         return {
@@ -146,6 +153,7 @@ class ExpertAdvice:
             "form": self.form,
             "members": list(self.members),
             "E": self.n_experts,
+            "E_local": self.experts_per_gpu,
             "top_k": self.top_k,
             "M_per_expert": None if self.M_per_expert is None else round(self.M_per_expert, 3),
             "convert": self.convert,
@@ -231,6 +239,8 @@ class Advice:
     experts: tuple[ExpertAdvice, ...] = ()
     #: `--expert-imbalance`: the busiest expert's rows over the mean, for the experts' speedup ranges.
     expert_imbalance: float = 1.0
+    #: `--ep`: the expert-parallel degree; expert groups are predicted and decided per GPU (E / P experts).
+    expert_parallel: int = 1
 
     @property
     def grouped_experts(self) -> tuple[ExpertAdvice, ...]:
@@ -328,6 +338,7 @@ class Advice:
             "profile_provenance": self.profile_provenance,
             "min_speedup": self.min_speedup,
             "tensor_parallel": self.tensor_parallel,
+            "expert_parallel": self.expert_parallel,
             "filter_fqns": list(self.filter_fqns),
             "convert_fqns": list(self.convert_fqns),
             "layers": [layer.to_json() for layer in self.layers],
@@ -557,6 +568,36 @@ def check_expert_imbalance(imbalance: float) -> float:
     return value
 
 
+def check_expert_parallel(expert_parallel: int, groups: Sequence[ExpertGroup]) -> int:
+    """`--ep P` as an int >= 1 that divides every group's E (each GPU holds E / P whole experts), or one clear
+    error naming the first group it does not divide."""
+    from fp8advisor.errors import AdvisorError
+
+    if isinstance(expert_parallel, bool) or not isinstance(expert_parallel, int) or expert_parallel < 1:
+        raise AdvisorError(
+            f"--ep must be 1 or more, not {expert_parallel}", hint="the expert-parallel degree (1: no EP)"
+        )
+    for group in groups:
+        if group.n_experts % expert_parallel:
+            raise AdvisorError(
+                f"--ep {expert_parallel} does not divide the {group.n_experts} experts of {group.fqn}",
+                hint="expert parallelism gives each GPU E / P whole experts: choose a divisor of E",
+            )
+    return expert_parallel
+
+
+def local_experts(group: ExpertGroup, expert_parallel: int) -> ExpertGroup:
+    """The part of `group` one GPU runs under expert parallelism P: E / P experts.
+
+    After the all-to-all dispatch a GPU multiplies the rows its P peers' tokens routed to its E / P experts;
+    under balanced routing that is tokens x top_k x P x (1/P) = the same M_total rows per GEMM, now over E / P
+    experts, so M per expert = M_total x P / E. The weight casts cover the local experts only.
+    """
+    if expert_parallel == 1:
+        return group
+    return replace(group, n_experts=group.n_experts // expert_parallel)
+
+
 def default_expert_predictor(profile_choice) -> ExpertPredictor:
     """`fp8advisor.predict.predict_expert_group` for a profile, each distinct question answered once."""
     from fp8advisor.predict import predict_expert_group
@@ -597,6 +638,27 @@ def _linear_list_range(
     return min(speedups), max(speedups)
 
 
+def _linear_list_per_gpu(
+    local: ExpertGroup, recipe: Recipe, predictor: Predictor, imbalance: float
+) -> dict[str, Any]:
+    """The timing of a ModuleList of experts as one GPU runs it under expert parallelism (`local`: its E / P
+    experts): each GEMM's Linear predicted at the per-GPU M per expert, times E / P. Empty: M unknown."""
+    if not local.M_total:
+        return {}
+    rows = max(1, round(local.M_total / local.n_experts))
+    times = [predictor(recipe, rows, gemm.K, gemm.N) for gemm in local.gemms]
+    bf16 = local.n_experts * sum(t.bf16_s for t in times)
+    float8 = local.n_experts * sum(t.float8_s for t in times)
+    return dict(
+        predicted_speedup=bf16 / float8,
+        speedup_range=_linear_list_range(local, recipe, predictor, imbalance),
+        bf16_time_s=bf16,
+        float8_time_s=float8,
+        provenance=weakest_provenance({t.speedup.provenance for t in times}),
+        how=max((t.speedup.how for t in times), key=lambda h: _HOW_RANK.get(h, 9)),
+    )
+
+
 def _decide_group(
     group: ExpertGroup,
     by_fqn: Mapping[str, LayerAdvice],
@@ -606,24 +668,28 @@ def _decide_group(
     predictor: Predictor,
     expert_predictor: ExpertPredictor,
     tensor_parallel: int,
+    expert_parallel: int = 1,
 ) -> ExpertAdvice:
     """One decision for a whole group: convert iff M per expert is known, every GEMM's K and N are multiples
-    of 16, and the group's predicted speedup (all its GEMMs' bf16 time / float8 time) reaches min_speedup."""
+    of 16, and the group's predicted speedup (all its GEMMs' bf16 time / float8 time) reaches min_speedup.
+    With expert parallelism the group is predicted as one GPU runs it (`local_experts`)."""
     from fp8advisor.roofline import GROUPED_RECIPE
 
     grouped = group.form is ExpertForm.GROUPED
+    local = local_experts(group, expert_parallel)
     common = dict(
         group=group.fqn,
         form=group.form.value,
         members=group.member_fqns,
         n_experts=group.n_experts,
         top_k=group.top_k,
-        M_per_expert=group.M_per_expert,
+        M_per_expert=local.M_per_expert,
         recipe=(GROUPED_RECIPE if grouped else recipe).value,
+        E_local=None if expert_parallel == 1 else local.n_experts,
     )
     timing: dict[str, Any] = {}
     if grouped:
-        times = expert_predictor(group, imbalance) if group.M_total else None
+        times = expert_predictor(local, imbalance) if local.M_total else None
         if times is not None:
             timing = dict(
                 predicted_speedup=times.bf16_s / times.float8_s,
@@ -633,6 +699,8 @@ def _decide_group(
                 provenance=times.provenance,
                 how=times.how,
             )
+    elif expert_parallel > 1:
+        timing = _linear_list_per_gpu(local, recipe, predictor, imbalance)
     else:
         members = [by_fqn[fqn] for fqn in group.member_fqns if fqn in by_fqn]
         timed = [layer for layer in members if layer.counts_in_linear_time]
@@ -688,6 +756,7 @@ def decide_experts(
     *,
     expert_imbalance: float = 1.0,
     tensor_parallel: int = 1,
+    expert_parallel: int = 1,
 ) -> tuple[list[LayerAdvice], tuple[ExpertAdvice, ...]]:
     """Decide each group of routed experts as one, and make the layer decisions follow.
 
@@ -695,11 +764,22 @@ def decide_experts(
     ModuleList group's expert Linears converted all or none, as their group (each keeps its own per-expert M
     and prediction); and the groups' decisions. Grouped (3-D) experts are not Linear layers: `decided` keeps
     them as they were (not convertible by a Linear converter) and the group decision is what converts them.
+    `expert_parallel` P (checked by `check_expert_parallel`): each group is predicted and decided as one GPU
+    runs it, E / P experts at M total x P / E rows each (`local_experts`).
     """
     by_fqn = {layer.fqn: layer for layer in decided}
+    check_expert_parallel(expert_parallel, model_layers.expert_groups)
     experts = tuple(
         _decide_group(
-            group, by_fqn, recipe, min_speedup, expert_imbalance, predictor, expert_predictor, tensor_parallel
+            group,
+            by_fqn,
+            recipe,
+            min_speedup,
+            expert_imbalance,
+            predictor,
+            expert_predictor,
+            tensor_parallel,
+            expert_parallel,
         )
         for group in model_layers.expert_groups
     )
@@ -727,7 +807,11 @@ def decide_experts(
 
 
 def _expert_warnings(
-    model_layers: ModelLayers, experts: Sequence[ExpertAdvice], recipe: Recipe, tensor_parallel: int
+    model_layers: ModelLayers,
+    experts: Sequence[ExpertAdvice],
+    recipe: Recipe,
+    tensor_parallel: int,
+    expert_parallel: int = 1,
 ) -> tuple[list[str], list[str]]:
     """(warnings, notes) about the routed experts."""
     from fp8advisor.roofline import GROUPED_RECIPE
@@ -735,6 +819,8 @@ def _expert_warnings(
     warnings: list[str] = []
     notes: list[str] = []
     if not experts:
+        if expert_parallel > 1:
+            notes.append(f"--ep {expert_parallel} has no effect: the model has no routed experts")
         return warnings, notes
     unknown = [group.fqn for group in model_layers.expert_groups if group.top_k is None]
     if unknown:
@@ -765,9 +851,22 @@ def _expert_warnings(
         )
     if tensor_parallel > 1:
         notes.append(
-            f"--tp {tensor_parallel}: routed experts are predicted with every expert's full K x N on one "
-            "GPU; expert parallelism and tensor-parallel expert shards are not modelled"
+            f"--tp {tensor_parallel}: routed experts are predicted with every expert's full K x N; "
+            "tensor-parallel expert shards are not modelled"
         )
+    if expert_parallel > 1:
+        notes.append(
+            f"--ep {expert_parallel}: routed experts are predicted per GPU, E / {expert_parallel} experts "
+            f"each multiplying tokens x top_k x {expert_parallel} / E rows (balanced routing). The "
+            "all-to-all dispatch and combine are not modelled: torchtitan 0.3's float8 MoE path sends the "
+            "bf16 tokens (TorchAOTokenDispatcher; the float8 casts run inside the grouped GEMMs), the same "
+            "bytes as bf16"
+        )
+        if any(e.form == ExpertForm.LINEAR_LIST.value for e in experts):
+            notes.append(
+                f"--ep {expert_parallel}: a ModuleList of expert Linears is decided per GPU, but its Linears "
+                "keep their one-GPU M in the Linear table, the Linear-time speedups and the step"
+            )
     return warnings, notes
 
 
@@ -851,6 +950,7 @@ def _choose_recipe(
     tensor_parallel: int,
     candidates: Sequence[Recipe] = ALL_RECIPES,
     expert_predictor: ExpertPredictor | None = None,
+    expert_parallel: int = 1,
 ) -> tuple[Recipe, str, tuple[RecipeOption, ...]]:
     """`--recipe auto`: the recipe with the lowest predicted Linear time, compared within one provenance."""
     options = []
@@ -867,6 +967,7 @@ def _choose_recipe(
                 predictor,
                 expert_predictor,
                 tensor_parallel=tensor_parallel,
+                expert_parallel=expert_parallel,
             )
         timed = [layer for layer in decided if layer.counts_in_linear_time]
         if not timed:
@@ -912,6 +1013,7 @@ def advise(
     in_context: Callable[[Recipe], Any] | None = None,
     expert_imbalance: float = 1.0,
     expert_predictor: ExpertPredictor | None = None,
+    expert_parallel: int = 1,
 ) -> Advice:
     """Decide, layer by layer, whether float8 pays, and build the filter list that realises the decision.
 
@@ -926,7 +1028,9 @@ def advise(
     their prediction under balanced routing; `expert_imbalance` (>= 1: the busiest expert's rows over the
     mean) gives each group's speedup range. `expert_predictor(group, imbalance)` replaces the profile's
     grouped predictions (tests). The strategies' Linear-time speedups leave grouped experts out (see
-    `Advice.gemm_speedup_with_experts`).
+    `Advice.gemm_speedup_with_experts`). `expert_parallel` P: each group as one GPU runs it, E / P experts
+    at M total x P / E rows each under balanced routing (`local_experts`); P must divide every group's E.
+    The dense Linear layers do not depend on P; the all-to-all dispatch and combine are not modelled.
     """
     if not (min_speedup > 0 and math.isfinite(min_speedup)):
         from fp8advisor.errors import AdvisorError
@@ -939,6 +1043,7 @@ def advise(
             f"--tp must be 1 or more, not {tensor_parallel}", hint="the tensor-parallel degree"
         )
     expert_imbalance = check_expert_imbalance(expert_imbalance)
+    expert_parallel = check_expert_parallel(expert_parallel, model_layers.expert_groups)
     predictor = predictor or default_predictor(profile_choice)
     expert_predictor = expert_predictor or default_expert_predictor(profile_choice)
     profile_name = getattr(profile_choice, "name", str(profile_choice))
@@ -955,6 +1060,7 @@ def advise(
             tensor_parallel,
             tuple(auto_recipes),
             expert_predictor,
+            expert_parallel,
         )
     else:
         chosen, recipe_reason, options = parse_recipe(str(recipe)), "requested with --recipe", ()
@@ -973,6 +1079,7 @@ def advise(
         expert_predictor,
         expert_imbalance=expert_imbalance,
         tensor_parallel=tensor_parallel,
+        expert_parallel=expert_parallel,
     )
     advised = {layer.fqn for layer in decided if layer.convert}
     filter_list = shortest_exact_filter(model_layers.layers, advised, framework)
@@ -1031,7 +1138,9 @@ def advise(
         strategies,
         profile_choice,
     )
-    expert_warnings, expert_notes = _expert_warnings(model_layers, experts, chosen, tensor_parallel)
+    expert_warnings, expert_notes = _expert_warnings(
+        model_layers, experts, chosen, tensor_parallel, expert_parallel
+    )
     return Advice(
         target=model_layers.target,
         batch=model_layers.batch,
@@ -1054,6 +1163,7 @@ def advise(
         profile_decisions=profile_decisions,
         experts=experts,
         expert_imbalance=expert_imbalance,
+        expert_parallel=expert_parallel,
     )
 
 
@@ -1231,11 +1341,13 @@ __all__ = [
     "ExpertAdvice",
     "advise",
     "check_expert_imbalance",
+    "check_expert_parallel",
     "decide_experts",
     "decide_layers",
     "default_expert_predictor",
     "default_predictor",
     "group_layers",
+    "local_experts",
     "predicted_linear_speedup",
     "torchao_auto_filter_converts",
 ]

@@ -82,6 +82,7 @@ class Request:
     min_speedup: float = DEFAULT_MIN_SPEEDUP
     tensor_parallel: int = 1
     measured: str | None = None  # as typed with --measured; None = found automatically, or none
+    expert_parallel: int = 1  # --ep: the routed experts are decided per GPU (E / P experts)
 
     def command(
         self,
@@ -114,6 +115,8 @@ class Request:
             words += ["--min-speedup", f"{self.min_speedup:g}"]
         if self.tensor_parallel != 1:
             words += ["--tp", str(self.tensor_parallel)]
+        if self.expert_parallel != 1:
+            words += ["--ep", str(self.expert_parallel)]
         measured = self.measured if self.measured is not None else chosen_measured
         if measured is not None:
             words += ["--measured", _shell_word(measured)]
@@ -139,7 +142,8 @@ def header_lines(advice: Advice, request: Request, fmt: ConfigFormat, what: str 
     lines = [
         f"{GENERATED_MARK} {__version__} (fp8advisor suggest). Do not edit: regenerate it.",
         f"model: {request.target}  batch: {request.batch}  seq: {request.seq}"
-        + (f"  tensor parallel: {request.tensor_parallel}" if request.tensor_parallel != 1 else ""),
+        + (f"  tensor parallel: {request.tensor_parallel}" if request.tensor_parallel != 1 else "")
+        + (f"  expert parallel: {request.expert_parallel}" if request.expert_parallel != 1 else ""),
         f"recipe: {recipe}  profile: {profile} ({advice.profile_provenance})  "
         f"min speedup: {advice.min_speedup:g}",
         what if what is not None else _what_it_converts(advice, fmt),
@@ -371,8 +375,12 @@ def _groups_words(groups) -> str:
     names = first.group + (", ..." if len(groups) > 1 else "")
     top_k = "unknown" if first.top_k is None else str(first.top_k)
     rows = "" if first.M_per_expert is None else f", {first.M_per_expert:g} rows per expert"
+    experts = str(first.n_experts)
+    local = getattr(first, "E_local", None)
+    if local is not None:  # expert parallelism: the figures are per GPU
+        experts += f" ({local} per GPU, --ep {first.n_experts // local})"
     plural = "s" if len(groups) > 1 else ""
-    return f"{len(groups)} expert group{plural} ({names}; E {first.n_experts}, top_k {top_k}{rows})"
+    return f"{len(groups)} expert group{plural} ({names}; E {experts}, top_k {top_k}{rows})"
 
 
 def _predicted_words(groups) -> str:

@@ -158,6 +158,7 @@ class SuggestHeader:
     tensor_parallel: int | None  # None: not given (1)
     measured: str | None  # the in-context results directory the advice was decided from, if any
     format: ConfigFormat | None
+    expert_parallel: int | None = None  # --ep; None: not given (1)
 
 
 def read_header(text: str) -> SuggestHeader | None:
@@ -198,6 +199,7 @@ def read_header(text: str) -> SuggestHeader | None:
             tensor_parallel=int(options["--tp"]) if "--tp" in options else None,
             measured=options.get("--measured"),
             format=fmt,
+            expert_parallel=int(options["--ep"]) if "--ep" in options else None,
         )
     except (KeyError, ValueError, IndexError):
         return None

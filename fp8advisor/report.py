@@ -133,7 +133,8 @@ class ExpertRow:
     """One row of `suggest`'s routed-experts section: expert groups with one decision, folded over blocks.
 
     `speedup` is the balanced-routing figure ("1.23x", "-" when none); `speedup_range` "low-high" under the
-    stated imbalance ("" when balanced only); `modelled` says the figure rests on the roofline."""
+    stated imbalance ("" when balanced only); `modelled` says the figure rests on the roofline. `E_local`: the
+    experts per GPU under expert parallelism (`M_per_expert` is per GPU then), None without it."""
 
     pattern: str
     count: int
@@ -146,6 +147,7 @@ class ExpertRow:
     convert: bool
     reason: str
     form: str
+    E_local: int | None = None
 
 
 def expert_rows(experts: Sequence) -> list[ExpertRow]:
@@ -159,7 +161,8 @@ def expert_rows(experts: Sequence) -> list[ExpertRow]:
         speedup = None if e.predicted_speedup is None else round(e.predicted_speedup, 2)
         spread = None if e.speedup_range is None else tuple(round(v, 2) for v in e.speedup_range)
         M = None if e.M_per_expert is None else round(e.M_per_expert, 1)
-        return (e.form, e.n_experts, e.top_k, M, speedup, spread, e.convert, e.reason, e.provenance)
+        local = getattr(e, "E_local", None)
+        return (e.form, e.n_experts, local, e.top_k, M, speedup, spread, e.convert, e.reason, e.provenance)
 
     items = [SimpleNamespace(fqn=e.group, advice=e) for e in experts]
     rows = []
@@ -180,6 +183,7 @@ def expert_rows(experts: Sequence) -> list[ExpertRow]:
                 convert=e.convert,
                 reason=e.reason,
                 form=e.form,
+                E_local=getattr(e, "E_local", None),
             )
         )
     return rows

@@ -9,7 +9,8 @@ time of what it runs, each term priced from the traced forward (`fp8advisor.laye
   that time over the predicted float8 speedup for a converted layer. Provenance: the profile's. The expert
   Linears of a ModuleList of experts are Linear layers here (decided as their group).
 - **Routed experts** (grouped 3-D weights, `fp8advisor.advise.ExpertAdvice`): each group's grouped GEMMs'
-  forward+backward time at its balanced per-expert M (`fp8advisor.predict.predict_expert_group`), bf16, or
+  forward+backward time at its balanced per-expert M (`fp8advisor.predict.predict_expert_group`), per GPU:
+  with expert parallelism P the E / P local experts at tokens x top_k x P / E rows each, bf16, or
   float8 in a strategy that converts the group (the advice when it does; "every convertible layer"; never
   torchao's auto filter, which sees Linear modules only). The census does not price them: GEMMs on parameters
   are the recorder's layers, not census matmuls, so nothing is counted twice. Only present for MoE models.
@@ -691,10 +692,18 @@ def step_report(
     ]
     if model_layers.census is not None and not model_layers.census.complete:
         notes.append("tracing stopped part-way: attention and memory-bound terms cover only what ran")
+    expert_parallel = getattr(advice, "expert_parallel", 1)
     if any(e.form == "grouped" for e in experts):
         notes.append(
             "routed experts: grouped GEMMs at balanced routing, modelled by the grouped roofline unless a "
-            "measured grouped profile answers; expert parallelism (all-to-all) is not modelled"
+            "measured grouped profile answers; "
+            + (
+                f"per GPU under --ep {expert_parallel} (E / {expert_parallel} experts, the rows of "
+                f"{expert_parallel} GPUs' tokens); the all-to-all and the expert weights' smaller optimizer "
+                "and FSDP share are not modelled"
+                if expert_parallel > 1
+                else "expert parallelism (all-to-all) is not modelled"
+            )
         )
 
     break_even = None
@@ -717,6 +726,7 @@ def step_report(
                     layer_predictor,
                     expert_predictor,
                     tensor_parallel=advice.tensor_parallel,
+                    expert_parallel=getattr(advice, "expert_parallel", 1),
                 )
             converted = [layer.fqn for layer in decided if layer.convert]
             scale = tokens / model_layers.tokens

@@ -642,6 +642,7 @@ class AdviceSettings:
     min_speedup: float | None = None  # None: the default
     tensor_parallel: int = 1
     measured: str | None = None  # in-context results to decide the measured blocks from (suggest --measured)
+    expert_parallel: int = 1  # suggest --ep: the routed experts decided per GPU
     from_header: tuple[str, ...] = ()  # the names of the settings read from the config's header
 
 
@@ -656,6 +657,7 @@ def advice_settings(
     tensor_parallel: int | None = None,
     measured: str | None = None,
     target: str | None = None,
+    expert_parallel: int | None = None,
 ) -> tuple[AdviceSettings, str | None]:
     """The settings to advise with: each given on the command line (not None), else the one in the header
     `fp8advisor suggest` wrote into the config (`emit.read_header`), else the default. Also one line saying
@@ -676,6 +678,7 @@ def advice_settings(
         "min_speedup": min_speedup,
         "tensor_parallel": tensor_parallel,
         "measured": measured,
+        "expert_parallel": expert_parallel,
     }
     if header is None:
         chosen = {name: value for name, value in given.items() if value is not None}
@@ -688,8 +691,9 @@ def advice_settings(
         "min_speedup": header.min_speedup,
         "tensor_parallel": header.tensor_parallel,
         "measured": header.measured,
+        "expert_parallel": header.expert_parallel,
     }
-    options = {"tensor_parallel": "--tp"}
+    options = {"tensor_parallel": "--tp", "expert_parallel": "--ep"}
     chosen, disagreements = {}, []
     if target is not None and target != header.target:
         disagreements.append(f"TARGET {target} (header: {header.target})")
@@ -733,6 +737,7 @@ def verify(
     trust_config: bool = False,
     tensor_parallel: int = 1,
     measured: str | Path | None = None,
+    expert_parallel: int = 1,
 ) -> VerifyReport:
     """Check that the config at `config_path` converts exactly the layers `advise` picks for `target` at
     (batch, seq), that they run float8 GEMMs and nothing else does, and that their numerics are sound.
@@ -742,6 +747,7 @@ def verify(
     `trust_config`: run a Python config's filter function instead of evaluating it from its syntax
     (`fp8advisor.configs.read_config`). `tensor_parallel`, `measured`: as `suggest --tp` / `--measured` (the
     in-context results decide the blocks they measured; never picked up automatically, as under --check).
+    `expert_parallel`: as `suggest --ep` (the routed experts decided per GPU).
     Raises AdvisorError subclasses (exit 2) for unusable input; the report's `exit_code` is 0 or 1.
     """
     from fp8advisor.advise import AUTO, DEFAULT_MIN_SPEEDUP
@@ -756,7 +762,15 @@ def verify(
     meta = load_model(target, "meta")
     model_layers: ModelLayers = inspect_loaded(meta, batch=batch, seq=seq)
     advice = _advice_for(
-        model_layers, config, requested_recipe, profile, min_speedup, predictor, tensor_parallel, measured
+        model_layers,
+        config,
+        requested_recipe,
+        profile,
+        min_speedup,
+        predictor,
+        tensor_parallel,
+        measured,
+        expert_parallel,
     )
     if config.recipe is None:  # a bare filter list trains with the advised recipe
         config = config.with_recipe(advice.recipe)
@@ -988,9 +1002,10 @@ def _advice_for(
     predictor: Callable | None,
     tensor_parallel: int = 1,
     measured: str | Path | None = None,
+    expert_parallel: int = 1,
 ):
     """`advise` for the model, with --recipe, else the config's recipe, else (a bare filter list) "auto"; with
-    the tensor-parallel degree and the in-context results `suggest` advised with."""
+    the tensor- and expert-parallel degrees and the in-context results `suggest` advised with."""
     from fp8advisor.advise import AUTO, advise
     from fp8advisor.measured import in_context_reader
 
@@ -1014,6 +1029,7 @@ def _advice_for(
         compare_torchao_auto=False,
         tensor_parallel=tensor_parallel,
         in_context=in_context,
+        expert_parallel=expert_parallel,
     )
 
 

@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from _advice_helpers import StubChoice, StubPredictor, layer, modelled_choice  # noqa: E402
 
-from fp8advisor.advise import advise, check_expert_imbalance  # noqa: E402
+from fp8advisor.advise import advise, check_expert_imbalance, check_expert_parallel  # noqa: E402
 from fp8advisor.errors import AdvisorError  # noqa: E402
 from fp8advisor.layers import ExpertForm, ExpertGemm, ExpertGroup, LayerStatus, ModelLayers  # noqa: E402
 from fp8advisor.predict import GroupTimes  # noqa: E402
@@ -106,9 +106,11 @@ class StubExperts:
     def __init__(self, speedup=1.4, provenance="modelled", spread=None):
         self.speedup, self.provenance, self.spread = speedup, provenance, spread
         self.calls: list[tuple[str, float]] = []
+        self.groups: list[ExpertGroup] = []  # the groups asked about, as the predictor saw them
 
     def __call__(self, group, imbalance):
         self.calls.append((group.fqn, imbalance))
+        self.groups.append(group)
         bf16 = 1e-3 * len(group.gemms)
         spread = self.spread if imbalance > 1 else None
         return GroupTimes(bf16, bf16 / self.speedup, self.provenance, "modelled", "stub", spread)
@@ -259,9 +261,7 @@ def test_linear_recipe_other_than_rowwise_is_said():
 
 def test_tensor_parallel_note_says_experts_are_not_sharded():
     advice = _advise(grouped_moe(), tensor_parallel=2)
-    assert any(
-        "expert parallelism and tensor-parallel expert shards are not modelled" in n for n in advice.notes
-    )
+    assert any("tensor-parallel expert shards are not modelled" in n for n in advice.notes)
 
 
 def test_strategies_and_the_speedup_counting_the_experts():
@@ -423,3 +423,194 @@ def test_recipe_choice_follows_expert_groups():
     assert advice.recipe in Recipe
     members = set(linear_list_moe().expert_groups[0].member_fqns)
     assert members <= set(advice.convert_fqns)
+
+
+# --- expert parallelism (--ep) ------------------------------------------------------------------------------
+
+
+def test_expert_parallel_predicts_the_local_experts_of_one_gpu():
+    """--ep 4 on E = 64: each GPU holds 16 experts; after the all-to-all it multiplies the routed rows of 4
+    GPUs' tokens, tokens x top_k = 8192 x 6 = 49152 per GEMM (balanced), 49152 / 16 = 3072 per expert."""
+    experts = StubExperts()
+    advice = _advise(grouped_moe(), expert_parallel=4, expert_predictor=experts)
+    assert {(g.n_experts, g.M_total) for g in experts.groups} == {(16, 49152)}
+    first = advice.experts[0]
+    assert (first.n_experts, first.E_local, first.M_per_expert) == (64, 16, 3072.0)
+    data = advice.to_json()
+    assert data["expert_parallel"] == 4
+    assert (data["experts"][0]["E"], data["experts"][0]["E_local"], data["experts"][0]["M_per_expert"]) == (
+        64,
+        16,
+        3072.0,
+    )
+    one = _advise(grouped_moe()).to_json()
+    assert one["expert_parallel"] == 1
+    assert (one["experts"][0]["E_local"], one["experts"][0]["M_per_expert"]) == (64, 768.0)
+    # the dense Linear layers do not depend on P
+    assert [layer.to_json() for layer in advice.layers] == [
+        layer.to_json() for layer in _advise(grouped_moe()).layers
+    ]
+    assert any(
+        "--ep 4: routed experts are predicted per GPU" in n and "bf16 tokens" in n for n in advice.notes
+    )
+    assert not any("--ep" in n for n in _advise(grouped_moe()).notes)
+
+
+def _deepseek_like(blocks: int = 1) -> ModelLayers:
+    """DeepSeek-V3's routed experts at seq 8192: E = 256, top 8, w1/w3 7168 -> 2048, w2 2048 -> 7168."""
+    model = grouped_moe(blocks=blocks, K=7168, N=2048, M_total=TOKENS * 8, top_k=8)
+    groups = tuple(replace(group, n_experts=256) for group in model.expert_groups)
+    return replace(model, expert_groups=groups)
+
+
+def _grouped_roofline_speedup(E_local: int, M_per_expert: float) -> float:
+    """By hand: the grouped roofline's bf16 / float8 time over w1, w2, w3 of E_local experts, balanced."""
+    from fp8advisor.roofline import GPU_SPECS, grouped_fwd_bwd_time_s
+
+    rows = [M_per_expert] * E_local
+    shapes = [(7168, 2048), (2048, 7168), (7168, 2048)]
+    bf16 = sum(grouped_fwd_bwd_time_s(rows, K, N, "bf16", GPU_SPECS["H100"]) for K, N in shapes)
+    float8 = sum(grouped_fwd_bwd_time_s(rows, K, N, "rowwise", GPU_SPECS["H100"]) for K, N in shapes)
+    return bf16 / float8
+
+
+def test_expert_parallel_flips_the_deepseek_v3_experts_to_float8():
+    """At one GPU each of the 256 experts gets 8192 x 8 / 256 = 256 rows and float8 casts all 256 experts'
+    weights: bf16. At --ep 32 a GPU holds 8 experts at 8192 x 8 x 32 / 256 = 8192 rows each: float8."""
+    kwargs = dict(device_capability=None, compare_torchao_auto=False)
+    alone = advise(_deepseek_like(), modelled_choice(), "rowwise", **kwargs).experts[0]
+    wide = advise(_deepseek_like(), modelled_choice(), "rowwise", expert_parallel=32, **kwargs).experts[0]
+    assert (alone.E_local, alone.M_per_expert, wide.E_local, wide.M_per_expert) == (None, 256, 8, 8192)
+    assert alone.predicted_speedup == pytest.approx(_grouped_roofline_speedup(256, 256), rel=1e-9)
+    assert wide.predicted_speedup == pytest.approx(_grouped_roofline_speedup(8, 8192), rel=1e-9)
+    assert alone.predicted_speedup < 0.6 and not alone.convert  # 0.50x modelled on the H100
+    assert wide.predicted_speedup > 1.1 and wide.convert  # 1.18x
+
+
+def test_expert_parallel_imbalance_range_is_over_the_local_experts():
+    """--expert-imbalance 2 at --ep 4: the busiest of the 16 local experts gets 2 x 3072 rows, the other 15
+    share the rest (`routed_rows(49152, 16, f)`), sampled from 1 to 2 as without EP."""
+    from fp8advisor.predict import IMBALANCE_SAMPLES
+    from fp8advisor.roofline import GPU_SPECS, grouped_fwd_bwd_time_s, routed_rows
+
+    advice = advise(
+        grouped_moe(blocks=1),
+        modelled_choice(),
+        "rowwise",
+        expert_imbalance=2.0,
+        expert_parallel=4,
+        device_capability=None,
+        compare_torchao_auto=False,
+    )
+    shapes = [(HIDDEN, INTER), (INTER, HIDDEN), (HIDDEN, INTER)]
+    speedups = []
+    for i in range(IMBALANCE_SAMPLES):
+        rows = routed_rows(TOKENS * TOP_K, 16, 2.0 ** (i / (IMBALANCE_SAMPLES - 1)))
+        bf16 = sum(grouped_fwd_bwd_time_s(rows, K, N, "bf16", GPU_SPECS["H100"]) for K, N in shapes)
+        float8 = sum(grouped_fwd_bwd_time_s(rows, K, N, "rowwise", GPU_SPECS["H100"]) for K, N in shapes)
+        speedups.append(bf16 / float8)
+    assert advice.experts[0].speedup_range == pytest.approx((min(speedups), max(speedups)), rel=1e-9)
+    # one expert per GPU: no spread between local experts to model
+    single = advise(
+        grouped_moe(blocks=1), modelled_choice(), "rowwise", expert_imbalance=2.0, expert_parallel=64
+    )
+    assert single.experts[0].E_local == 1 and single.experts[0].speedup_range is None
+
+
+def test_expert_parallel_linear_list_is_predicted_at_the_local_rows():
+    """A ModuleList of 4 experts at --ep 2: 2 per GPU, each at 8192 x 2 x 2 / 4 = 8192 rows (4096 without)."""
+    rule = lambda M, K, N: 1.0 + M / 10000  # noqa: E731
+    predictor = StubPredictor(rule=rule)
+    advice = _advise(linear_list_moe(n_experts=4, top_k=2), predictor=predictor, expert_parallel=2)
+    (group,) = advice.experts
+    assert (group.E_local, group.M_per_expert) == (2, 8192)
+    assert group.predicted_speedup == pytest.approx(1.8192)  # both GEMMs at M = 8192
+    assert group.bf16_time_s == pytest.approx(2 * 6 * 8192 * 1024 * 512 * 2 / 1e15)  # 2 experts x 2 GEMMs
+    assert ("rowwise", 8192, 1024, 512) in predictor.calls
+    one = _advise(linear_list_moe(n_experts=4, top_k=2), predictor=StubPredictor(rule=rule))
+    assert one.experts[0].predicted_speedup == pytest.approx(1.4096)
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (0, "--ep must be 1 or more, not 0"),
+        (-2, "--ep must be 1 or more, not -2"),
+        (3, "--ep 3 does not divide the 64 experts of layers.0.moe.experts"),
+        (128, "--ep 128 does not divide the 64 experts of layers.0.moe.experts"),
+    ],
+)
+def test_bad_expert_parallel_is_one_clear_error(bad, message):
+    with pytest.raises(AdvisorError, match=re.escape(message)):
+        check_expert_parallel(bad, grouped_moe().expert_groups)
+    with pytest.raises(AdvisorError, match=re.escape(message)):
+        _advise(grouped_moe(), expert_parallel=bad)
+
+
+def test_expert_parallel_on_a_dense_model_has_no_effect_and_says_so():
+    from _advice_helpers import llama_layers
+
+    advice = _advise(llama_layers(2), expert_parallel=8)
+    assert advice.expert_parallel == 8 and advice.experts == ()
+    assert any("--ep 8 has no effect: the model has no routed experts" in n for n in advice.notes)
+
+
+def test_step_prices_the_experts_per_gpu_and_its_break_even_keeps_P(monkeypatch):
+    """The step's expert terms are the per-GPU grouped roofline times (16 local experts at 3072 rows), and
+    the break-even re-decides the experts with the same --ep."""
+    import fp8advisor.advise as advise_module
+    from fp8advisor.roofline import GPU_SPECS, GpuSpecs, grouped_fwd_bwd_time_s
+    from fp8advisor.step import Calibration, StepConfig, StepGpu, step_report
+
+    model = replace(grouped_moe(blocks=1), census=_census(), parameter_count=0)
+    advice = advise(model, modelled_choice(), "rowwise", expert_parallel=4, device_capability=None)
+    rows = [3072] * 16
+    shapes = [(HIDDEN, INTER), (INTER, HIDDEN), (HIDDEN, INTER)]
+    bf16 = sum(grouped_fwd_bwd_time_s(rows, K, N, "bf16", GPU_SPECS["H100"]) for K, N in shapes)
+    assert advice.experts[0].bf16_time_s == pytest.approx(bf16, rel=1e-9)
+    recorder = StubExperts()
+    monkeypatch.setattr(advise_module, "default_expert_predictor", lambda choice: recorder)
+    gpu = StepGpu(GpuSpecs("TEST", 1e12, 2e12, 1e9, 1.0, 1.0, kernel_floor_s=0.0), 1e9)
+    report = step_report(advice, model, modelled_choice(), gpu, StepConfig(), Calibration(1.0, "none"))
+    assert report.baseline.term("experts_bf16").seconds == pytest.approx(bf16, rel=1e-9)
+    assert recorder.groups and all(g.n_experts == 16 for g in recorder.groups)  # the break-even's decisions
+    assert any("per GPU under --ep 4" in note for note in report.notes)
+
+
+def test_suggest_shows_and_writes_the_expert_parallel_degree(moe_world, tmp_path):
+    from fp8advisor.formats import read_header
+
+    result = _suggest("--ep", "4")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    title = next(i for i, line in enumerate(lines) if line.startswith("Routed experts"))
+    assert "per GPU, --ep 4" in lines[title] + lines[title + 1]
+    header = next(line for line in lines[title:] if line.split()[:1] == ["experts"])
+    assert header.split()[:6] == ["experts", "n", "E", "E/GPU", "k", "M/exp"]
+    row = next(line for line in lines[title:] if line.startswith("layers.{0..2}.moe.experts"))
+    assert row.split()[1:6] == ["3", "64", "16", "6", "3072"]  # n, E, E/GPU, k, M per expert per GPU
+    legend = next(i for i, line in enumerate(lines) if line.startswith("~ modelled: the grouped roofline"))
+    assert all(len(line) <= 80 for line in lines[title : legend + 3])
+    data = json.loads(_suggest("--ep", "4", "--json").output)
+    assert data["expert_parallel"] == 4 and data["experts"][0]["E_local"] == 16
+    path = tmp_path / "job.py"
+    assert _suggest("--ep", "4", "--format", "torchtitan-py", "-o", str(path)).exit_code == 0
+    text = path.read_text()
+    assert "expert parallel: 4" in text and "--ep 4 --format torchtitan-py" in text
+    assert "E 64 (16 per GPU, --ep 4), top_k 6, 3072 rows per expert" in " ".join(
+        text.replace("#", "").split()
+    )
+    assert read_header(text).expert_parallel == 4
+    assert _suggest("--ep", "4", "--format", "torchtitan-py", "--check", str(path)).exit_code == 0
+    assert _suggest("--ep", "2", "--format", "torchtitan-py", "--check", str(path)).exit_code == 1
+    path.write_text(text.replace("--ep 4 ", ""))
+    assert read_header(path.read_text()).expert_parallel is None
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"), [("0", "--ep must be 1 or more"), ("5", "--ep 5 does not divide")]
+)
+def test_suggest_refuses_a_bad_expert_parallel_degree(moe_world, bad, message):
+    result = _suggest("--ep", bad)
+    assert result.exit_code == 2
+    assert result.output.count(message) == 1

@@ -153,7 +153,7 @@ def test_megatron_precision_config_is_refused_clearly(tiny, tmp_path):
     assert "Traceback" not in result.output
 
 
-def _suggested(tiny: str, tmp_path: Path, seq: int) -> str:
+def _suggested(tiny: str, tmp_path: Path, seq: int, expert_parallel: int = 1) -> str:
     """A torchtitan TOML as suggest writes it for the tiny model at batch 1 x `seq`, with its header."""
     from fp8advisor.advise import advise
     from fp8advisor.emit import Request, render
@@ -167,9 +167,11 @@ def _suggested(tiny: str, tmp_path: Path, seq: int) -> str:
         predictor=predictor,
         device_capability=None,
         compare_torchao_auto=False,
+        expert_parallel=expert_parallel,
     )
+    request = Request(tiny, 1, seq, recipe="auto", profile="p.json", expert_parallel=expert_parallel)
     path = tmp_path / "suggested.toml"
-    path.write_text(render(advice, "torchtitan-toml", Request(tiny, 1, seq, recipe="auto", profile="p.json")))
+    path.write_text(render(advice, "torchtitan-toml", request))
     return str(path)
 
 
@@ -225,6 +227,15 @@ def test_advice_settings_read_every_header_value(tmp_path):
     assert message.count("(header: ") == 1 and "TARGET m.py (header: n.py)" in message
     settings, message = advice_settings(path, target="n.py", tensor_parallel=2)
     assert settings.tensor_parallel == 2 and "--tp 2 (header: 4)" in message
+    assert settings.expert_parallel == 1  # not in the header: the default
+    path.write_text(path.read_text().replace("--tp 4", "--tp 4 --ep 8"))
+    settings, message = advice_settings(path, target="n.py")
+    assert (settings.expert_parallel, settings.tensor_parallel, message) == (8, 4, None)
+    assert "expert_parallel" in settings.from_header
+    settings, message = advice_settings(path, target="n.py", expert_parallel=2)
+    assert (
+        settings.expert_parallel == 2 and message.count("(header: ") == 1 and "--ep 2 (header: 8)" in message
+    )
 
 
 def test_tensor_parallel_and_in_context_results_of_the_header_reach_the_advice(tiny, tmp_path, monkeypatch):
@@ -248,6 +259,31 @@ def test_tensor_parallel_and_in_context_results_of_the_header_reach_the_advice(t
     path.write_text(text.replace("--format", f"--measured {tmp_path / 'nowhere'} --format"))
     result = invoke(tiny, "--config", str(path))
     assert result.exit_code == 2 and "nowhere" in result.stderr, result.output  # the results were looked for
+
+
+def test_expert_parallel_degree_of_the_header_reaches_the_advice(tiny, tmp_path, monkeypatch):
+    """suggest --ep 8 writes it into the header; verify advises with it, and the command line wins with one
+    line on stderr."""
+    import fp8advisor.advise as advise_module
+
+    seen = []
+    real_advise = advise_module.advise
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("expert_parallel"))
+        return real_advise(*args, **kwargs)
+
+    monkeypatch.setattr(advise_module, "advise", spy)
+    path = Path(_suggested(tiny, tmp_path, 256, expert_parallel=8))
+    assert "expert parallel: 8" in path.read_text()
+    seen.clear()
+    result = invoke(tiny, "--config", str(path))
+    assert seen == [8] and "--ep 8" in result.stdout and result.stderr == "", result.output
+    seen.clear()
+    result = invoke(tiny, "--config", str(path), "--ep", "2")
+    assert seen == [2] and "--ep 2" in result.stdout, result.output
+    assert result.stderr.count("\n") == 1 and "--ep 2 (header: 8)" in result.stderr
+    assert invoke(tiny, "--config", str(path), "--ep", "0").exit_code == 2
 
 
 def test_filter_fqns_says_what_it_means(tiny, tmp_path):

@@ -107,6 +107,12 @@ def suggest(
     tensor_parallel: int = typer.Option(
         1, "--tp", help="Tensor-parallel degree (each GPU multiplies a slice)."
     ),
+    expert_parallel: int = typer.Option(
+        1,
+        "--ep",
+        help="MoE: expert-parallel degree P (each GPU holds E / P experts and multiplies the rows routed to "
+        "them from P GPUs' tokens); must divide every expert group's E.",
+    ),
     fmt: str | None = typer.Option(
         None, "--format", help=_choices_help("Config to write:", [f.value for f in FILE_FORMATS])
     ),
@@ -180,6 +186,7 @@ def suggest(
             auto_recipes=allowed,
             in_context=in_context,
             expert_imbalance=expert_imbalance,
+            expert_parallel=expert_parallel,
         )
     step = None
     if check_file is None and (as_json or config_format is None or output is not None):
@@ -194,6 +201,7 @@ def suggest(
         min_speedup=min_speedup,
         tensor_parallel=tensor_parallel,
         measured=measured,
+        expert_parallel=expert_parallel,
     )
     if config_format is not None:  # on stderr, never in the file: a torchtitan config from other names
         for warning in format_warnings(advice, config_format):
@@ -506,8 +514,10 @@ def _print_experts(advice: Advice) -> None:
         return
     rows = expert_rows(advice.experts)
     ranged = any(row.speedup_range for row in rows)
+    ep = advice.expert_parallel
     table = Table(
         title="Routed experts: each group converts as one (balanced routing"
+        + (f"; per GPU, --ep {ep}" if ep > 1 else "")
         + (f"; range: imbalance up to {advice.expert_imbalance:g}" if ranged else "")
         + ")",
         title_justify="left",
@@ -517,7 +527,15 @@ def _print_experts(advice: Advice) -> None:
         pad_edge=False,
     )
     table.add_column("experts", overflow="fold")
-    for name in ("n", "E", "k", "M/exp", "speedup", *(["range"] if ranged else [])):
+    for name in (
+        "n",
+        "E",
+        *(["E/GPU"] if ep > 1 else []),
+        "k",
+        "M/exp",
+        "speedup",
+        *(["range"] if ranged else []),
+    ):
         table.add_column(name, justify="right", no_wrap=True)
     table.add_column("decision", no_wrap=True)
     footnotes: list[str] = []
@@ -529,14 +547,29 @@ def _print_experts(advice: Advice) -> None:
                 footnotes.append(reason)
             decision.append(f" [e{footnotes.index(reason) + 1}]")
         speedup = row.speedup + (MODELLED_MARK if row.modelled and row.speedup != "-" else "")
-        cells = [row.pattern, str(row.count), str(row.n_experts), row.top_k, row.M_per_expert, speedup]
+        local = [str(row.n_experts if row.E_local is None else row.E_local)] if ep > 1 else []
+        cells = [
+            row.pattern,
+            str(row.count),
+            str(row.n_experts),
+            *local,
+            row.top_k,
+            row.M_per_expert,
+            speedup,
+        ]
         table.add_row(*cells, *([row.speedup_range] if ranged else []), decision)
     console.print(table)
     for number, reason in enumerate(footnotes, start=1):
         console.print(f"[e{number}] {reason}", markup=False, highlight=False, soft_wrap=True)
     console.print(
         Text(
-            "k: experts per token (top_k, ? unknown); M/exp: rows per expert at balanced routing", style="dim"
+            "k: experts per token (top_k, ? unknown); M/exp: rows per expert at balanced routing"
+            + (
+                f"; E/GPU: the E / {ep} experts each GPU holds, M/exp: tokens x k x {ep} / E"
+                if ep > 1
+                else ""
+            ),
+            style="dim",
         )
     )
     if any(row.modelled and row.form == "grouped" for row in rows):

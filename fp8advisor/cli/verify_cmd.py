@@ -73,6 +73,13 @@ def verify_command(
         show_default=False,
         help="Tensor-parallel degree, as for suggest. Default: the config's header, else 1.",
     ),
+    expert_parallel: int | None = typer.Option(
+        None,
+        "--ep",
+        min=1,
+        show_default=False,
+        help="Expert-parallel degree, as for suggest. Default: the config's header, else 1.",
+    ),
     measured: str | None = typer.Option(
         None,
         "--measured",
@@ -88,9 +95,9 @@ def verify_command(
 ) -> None:
     """Convert the model as the config says, run one float8 step, and check it against the advice.
 
-    The batch, seq, recipe, profile, min speedup, --tp and --measured come from the command line, else from
-    the header of a config `fp8advisor suggest` wrote. Exit 0 when the config converts exactly the advised
-    layers and every check passes; 1 with what differs.
+    The batch, seq, recipe, profile, min speedup, --tp, --ep and --measured come from the command line, else
+    from the header of a config `fp8advisor suggest` wrote. Exit 0 when the config converts exactly the
+    advised layers and every check passes; 1 with what differs.
     """
     if recipe is not None and recipe != AUTO:
         parse_recipe(recipe)  # a clear error before the model is built
@@ -106,6 +113,7 @@ def verify_command(
         tensor_parallel=tensor_parallel,
         measured=measured,
         target=target,
+        expert_parallel=expert_parallel,
     )
     if disagreement is not None:
         err_console.print(Text("note: ", style="yellow") + Text(disagreement), soft_wrap=True)
@@ -121,6 +129,7 @@ def verify_command(
             trust_config=trust_config,
             tensor_parallel=settings.tensor_parallel,
             measured=settings.measured,
+            expert_parallel=settings.expert_parallel,
         )
     if as_json:
         console.print_json(json.dumps(report.to_json()), indent=2, highlight=False)
@@ -194,6 +203,11 @@ def _print_report(report, settings) -> None:
         + (
             f", --tp {settings.tensor_parallel}"
             if settings is not None and settings.tensor_parallel > 1
+            else ""
+        )
+        + (
+            f", --ep {settings.expert_parallel}"
+            if settings is not None and settings.expert_parallel > 1
             else ""
         )
         + (f", in-context results {settings.measured}" if settings is not None and settings.measured else "")
