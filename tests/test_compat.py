@@ -185,21 +185,22 @@ def test_compiled_graph_count_survives_a_reset():
     assert isinstance(before, int) and compat.compiled_graph_count() == before
 
 
-def test_raise_recompile_limit_only_raises(monkeypatch):
+def test_raise_recompile_limit_only_raises():
     config = importlib.import_module("torch._dynamo.config")
-    monkeypatch.setattr(config, "recompile_limit", 8)
-    compat.raise_recompile_limit(64)
-    assert config.recompile_limit == 64
-    compat.raise_recompile_limit(16)
-    assert config.recompile_limit == 64
+    with config.patch(recompile_limit=8):  # torch's patch: see the inductor test below for why not monkeypatch
+        compat.raise_recompile_limit(64)
+        assert config.recompile_limit == 64
+        compat.raise_recompile_limit(16)
+        assert config.recompile_limit == 64
 
 
-def test_configure_compile_worker_sets_inductor_config(monkeypatch):
+def test_configure_compile_worker_sets_inductor_config():
     config = importlib.import_module("torch._inductor.config")
-    monkeypatch.setattr(config, "compile_threads", 8)
-    monkeypatch.setattr(config, "autotune_local_cache", True)
-    compat.configure_compile_worker()
-    assert (config.compile_threads, config.autotune_local_cache) == (1, False)
+    # torch's own patch, not monkeypatch: monkeypatch's undo deletes a setting that had no user override,
+    # which hides it from every later reader ("compile_threads does not exist")
+    with config.patch(compile_threads=8, autotune_local_cache=True):
+        compat.configure_compile_worker()
+        assert (config.compile_threads, config.autotune_local_cache) == (1, False)
 
 
 # --- torch: the GPU timeline --------------------------------------------------------------------------------
