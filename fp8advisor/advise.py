@@ -141,6 +141,9 @@ class ExpertAdvice:
     provenance: str | None = None  # "modelled" until a measured grouped profile exists
     how: str | None = None
     E_local: int | None = None  # experts per GPU under expert parallelism (None: all E on one GPU)
+    #: `layers.ExpertGroup.other_parameters`: parameters beside the 3-D weights under the experts' module (a
+    #: file converting by module name, torchao's quantize_, would swap them too: it keeps the group bf16).
+    other_parameters: tuple[str, ...] = ()
 
     @property
     def experts_per_gpu(self) -> int:
@@ -165,6 +168,7 @@ class ExpertAdvice:
             "float8_time_s": float(f"{self.float8_time_s:.6g}"),
             "provenance": self.provenance,
             "how": self.how,
+            "other_parameters": list(self.other_parameters),
         }
 
 
@@ -686,6 +690,7 @@ def _decide_group(
         M_per_expert=local.M_per_expert,
         recipe=(GROUPED_RECIPE if grouped else recipe).value,
         E_local=None if expert_parallel == 1 else local.n_experts,
+        other_parameters=group.other_parameters,
     )
     timing: dict[str, Any] = {}
     if grouped:

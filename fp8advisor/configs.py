@@ -49,6 +49,7 @@ from fp8advisor import compat
 from fp8advisor.errors import ConfigError, parse_choice, quote
 from fp8advisor.filter_eval import NOT_LITERAL, FilterEvaluator, literal_value
 from fp8advisor.filters import dims_divisible_by_16, matches_filter
+from fp8advisor.formats import TORCHTITAN_0_2_EXPERTS_CONVERTER as TORCHTITAN_EXPERTS_CONVERTER
 from fp8advisor.formats import ConfigFormat, parse_format, read_header
 from fp8advisor.recipes import Recipe, parse_recipe
 
@@ -502,8 +503,8 @@ def _read_torchtitan_toml(path: Path, text: str, default_recipe: Recipe | None) 
 
 #: torchtitan 0.2.0's converter of MoE grouped GEMMs and the keys of its section (at tag v0.2.0:
 #: torchtitan/components/quantization/float8.py `Float8GroupedMMConverter`, whose quantize_ filter is
-#: `target_fqn in cur_fqn` for each of `[quantize.grouped_mm.float8] fqns`).
-TORCHTITAN_EXPERTS_CONVERTER = "quantize.grouped_mm.float8"
+#: `target_fqn in cur_fqn` for each of `[quantize.grouped_mm.float8] fqns`): the converter's name is
+#: `formats.TORCHTITAN_0_2_EXPERTS_CONVERTER`.
 TORCHTITAN_EXPERTS_KEYS = frozenset({"fqns"})
 
 
@@ -767,6 +768,12 @@ def _recipe_from_python(node: ast.expr | None, tree: ast.Module, path: Path) -> 
         return Recipe.TENSORWISE  # torchao: config None means Float8LinearConfig(), tensorwise
     if isinstance(node, ast.Call):
         name = _call_name(node)
+        if (
+            name == "replace"
+            and node.args
+            and {kw.arg for kw in node.keywords} <= _TENSORWISE_KEYWORDS - {"emulate"}
+        ):  # dataclasses.replace(<config>, pad_inner_dim=True): padding, the same scaling
+            return _recipe_from_python(node.args[0], tree, path)
         if name == "from_recipe_name":
             argument = node.args[0] if node.args else _keyword(node, "recipe_name")
             if argument is None:

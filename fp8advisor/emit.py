@@ -59,13 +59,16 @@ from fp8advisor.formats import (
     ALL_OR_NONE_EXPERT_FORMATS,
     CHECK_PREFIX,
     EXPERT_FORMATS,
+    TORCHTITAN_0_2_EXPERTS_CONVERTER,
     ConfigFormat,
     all_or_none_converts,
     expert_modules,
     experts_total_speedup,
+    file_can_convert,
     grouped_expert_groups,
     parse_format,
 )
+from fp8advisor.layers import ExpertForm
 from fp8advisor.profile import weakest_provenance
 from fp8advisor.recipes import Recipe
 
@@ -312,12 +315,6 @@ def _torchtitan_toml(advice: Advice, header: list[str]) -> str:
     )
 
 
-#: torchtitan 0.2.0's converter for MoE grouped GEMMs and its section (at tag v0.2.0:
-#: torchtitan/components/quantization/float8.py `Float8GroupedMMConverter`, torchtitan/config/job_config.py
-#: `Float8GroupedMM.fqns`).
-TORCHTITAN_0_2_EXPERTS_CONVERTER = "quantize.grouped_mm.float8"
-
-
 def _torchtitan_toml_experts(modules: tuple[str, ...]) -> str:
     return (
         "\n[quantize.grouped_mm.float8]\n"
@@ -365,8 +362,29 @@ def converted_expert_modules(advice: Advice, fmt: ConfigFormat) -> tuple[str, ..
     if fmt in ALL_OR_NONE_EXPERT_FORMATS:
         chosen = groups if all_or_none_converts(groups, advice.min_speedup) else ()
     else:
-        chosen = tuple(group for group in groups if group.convert)
+        chosen = tuple(group for group in groups if group.convert and file_can_convert(group, fmt))
     return tuple(sorted({module for group in chosen for module in expert_modules(group)}))
+
+
+def entangled_expert_groups(advice: Advice, fmt: ConfigFormat) -> list:
+    """Advised grouped expert groups that the file of `fmt` keeps bf16 because converting their module by name
+    would swap other parameters too (`formats.file_can_convert`: a router or shared expert on the module)."""
+    return [
+        group
+        for group in grouped_expert_groups(advice.experts)
+        if group.convert and fmt in EXPERT_FORMATS and not file_can_convert(group, fmt)
+    ]
+
+
+def _entangled_words(groups) -> str:
+    """`layers.0, layers.1 also hold layers.0.gate.weight, ...`: why those groups stay bf16."""
+    others = [name for group in groups for name in group.other_parameters]
+    shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+    return (
+        f"{', '.join(group.group for group in groups)} also hold {shown}: torchao's quantize_ swaps every "
+        "parameter under a module its filter names (routers and shared experts would run float8 GEMMs too), "
+        "so this file keeps these expert groups bf16"
+    )
 
 
 def _groups_words(groups) -> str:
@@ -410,14 +428,54 @@ def _decision_words(advice: Advice, groups) -> str:
     return "; ".join(parts)
 
 
-def _linear_list_note(advice: Advice) -> list[str]:
+#: Formats whose Linear float8 config has no pad_inner_dim (torchtitan 0.2 `[quantize.linear.float8]`,
+#: torchtitan 0.3 `Float8LinearConverter.Config`, NeMo AutoModel's `fp8:` keys): ModuleList experts that
+#: convert there meet per-expert token counts torch._scaled_mm rejects.
+NO_PAD_FORMATS = frozenset(
+    {ConfigFormat.TORCHTITAN_TOML, ConfigFormat.TORCHTITAN_PY, ConfigFormat.NEMO_AUTOMODEL}
+)
+
+
+def pads_inner_dim(advice: Advice) -> bool:
+    """Whether a group of experts held as nn.Linear converts: each expert multiplies the tokens routed to it,
+    a count that varies per step and is rarely a multiple of 16, which torch._scaled_mm requires of the
+    grad_weight GEMM's inner dimension; torchao's `Float8LinearConfig(pad_inner_dim=True)` pads it."""
+    return any(group.form == ExpertForm.LINEAR_LIST.value and group.convert for group in advice.experts)
+
+
+def _linear_config(advice: Advice) -> str:
+    """The torchao Float8LinearConfig expression of the torchao and accelerate files."""
+    config = f"Float8LinearConfig.from_recipe_name({_quoted(advice.recipe.value)})"
+    if pads_inner_dim(advice):  # routed expert Linears: per-expert M not a multiple of 16 (`pads_inner_dim`)
+        return f"dataclasses.replace({config}, pad_inner_dim=True)"
+    return config
+
+
+#: What the files that cannot pad say about converted expert Linears (comment and stderr).
+NO_PAD_WORDS = (
+    "the routed expert Linears it converts multiply a token count per expert that varies with the routing "
+    "and is rarely a multiple of 16, which torch._scaled_mm rejects in the grad_weight GEMM; this format has "
+    "no pad_inner_dim switch (torchao's Float8LinearConfig(pad_inner_dim=True) pads it: --format torchao or "
+    "accelerate), so the training step may fail on them"
+)
+
+
+def _linear_list_note(advice: Advice, fmt: ConfigFormat) -> list[str]:
     groups = [group for group in advice.experts if group not in grouped_expert_groups(advice.experts)]
     if not groups:
         return []
-    return _wrapped(
+    lines = _wrapped(
         f"MoE experts as lists of nn.Linear ({_groups_words(groups)}): converted Linear by Linear like any "
         f"layer, as the advice decides them ({_decision_words(advice, groups)})."
     )
+    if pads_inner_dim(advice) and fmt in {ConfigFormat.TORCHAO, ConfigFormat.ACCELERATE}:
+        lines += _wrapped(
+            "pad_inner_dim=True: each expert multiplies the tokens routed to it, rarely a multiple of 16, "
+            "which torch._scaled_mm requires of the grad_weight GEMM; torchao pads it."
+        )
+    elif pads_inner_dim(advice) and fmt in NO_PAD_FORMATS:
+        lines += _wrapped(f"WARNING: {NO_PAD_WORDS}.")
+    return lines
 
 
 def expert_notes(advice: Advice, fmt: ConfigFormat) -> list[str]:
@@ -425,7 +483,7 @@ def expert_notes(advice: Advice, fmt: ConfigFormat) -> list[str]:
     advice's figures. Empty for a dense model (its files stay byte for byte as before)."""
     if not advice.experts:
         return []
-    lines = _linear_list_note(advice)
+    lines = _linear_list_note(advice, fmt)
     groups = grouped_expert_groups(advice.experts)
     routers = converted_routers(advice)
     if routers:
@@ -437,6 +495,9 @@ def expert_notes(advice: Advice, fmt: ConfigFormat) -> list[str]:
         return lines
     advice_words = _decision_words(advice, groups)
     modules = converted_expert_modules(advice, fmt)
+    entangled = entangled_expert_groups(advice, fmt)
+    if entangled:
+        lines += _wrapped(f"NOTE: {_entangled_words(entangled)}.")
     if fmt is ConfigFormat.TORCHTITAN_PY:
         lines += _titan_py_expert_note(advice, groups, modules, advice_words)
     elif fmt is ConfigFormat.TORCHAO:
@@ -530,21 +591,26 @@ def expert_warnings(advice: Advice, fmt: ConfigFormat) -> list[str]:
     warnings = []
     routers = converted_routers(advice)
     if routers:
-        warnings.append(f"warning: converted Linear layers look like MoE routers: {', '.join(routers)}")
+        warnings.append(f"converted Linear layers look like MoE routers: {', '.join(routers)}")
+    if pads_inner_dim(advice) and fmt in NO_PAD_FORMATS:
+        warnings.append(f"--format {fmt.value}: {NO_PAD_WORDS}")
     groups = grouped_expert_groups(advice.experts)
     advised = [group for group in groups if group.convert]
     if not advised:
         return warnings
+    entangled = entangled_expert_groups(advice, fmt)
+    if entangled:
+        warnings.append(f"--format {fmt.value}: {_entangled_words(entangled)}")
     if fmt not in EXPERT_FORMATS:
         warnings.append(
-            f"warning: --format {fmt.value} cannot convert grouped MoE experts: the advice puts "
+            f"--format {fmt.value} cannot convert grouped MoE experts: the advice puts "
             f"{_groups_words(advised)} in float8 ({_predicted_words(advised)}), this file keeps them in "
             "bf16; --format torchtitan-py or torchao can convert them"
         )
     elif fmt in ALL_OR_NONE_EXPERT_FORMATS and len(advised) != len(groups):
         what = "all" if converted_expert_modules(advice, fmt) else "none"
         warnings.append(
-            "warning: torchtitan 0.3 converts every expert group or none: the advice converts "
+            "torchtitan 0.3 converts every expert group or none: the advice converts "
             f"{len(advised)} of {len(groups)}, this file converts {what} (by their total predicted "
             "speedup); --format torchao converts exactly the advised groups"
         )
@@ -712,6 +778,7 @@ def _accelerate(advice: Advice, header: list[str]) -> str:
         + "from accelerate import Accelerator\n"
         + "from accelerate.utils import AORecipeKwargs\n"
         + "from torchao.float8 import Float8LinearConfig\n"
+        + ("import dataclasses\n" if pads_inner_dim(advice) else "")
         + "\n"
         + f"FLOAT8_LAYERS = {_exact_set_literal(advice.module_filter_fqns)}\n"
         + "\n"
@@ -726,7 +793,7 @@ def _accelerate(advice: Advice, header: list[str]) -> str:
         + '    dynamo_backend="inductor",  # float8 without torch.compile is slower than bf16\n'
         + "    kwargs_handlers=[\n"
         + "        AORecipeKwargs(\n"
-        + f"            config=Float8LinearConfig.from_recipe_name({_quoted(advice.recipe.value)}),\n"
+        + f"            config={_linear_config(advice)},\n"
         + "            module_filter_func=module_filter_func,\n"
         + "        )\n"
         + "    ],\n"
@@ -737,7 +804,7 @@ def _accelerate(advice: Advice, header: list[str]) -> str:
 def _torchao(advice: Advice, header: list[str]) -> str:
     experts = converted_expert_modules(advice, ConfigFormat.TORCHAO)
     linear = bool(advice.convert_fqns)
-    imports = "import torch\n"
+    imports = ("import dataclasses\n\n" if linear and pads_inner_dim(advice) else "") + "import torch\n"
     constants = functions = calls = ""
     if linear:
         imports += "from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n"
@@ -752,7 +819,7 @@ def _torchao(advice: Advice, header: list[str]) -> str:
         calls += (
             "    convert_to_float8_training(\n"
             "        model,\n"
-            f"        config=Float8LinearConfig.from_recipe_name({_quoted(advice.recipe.value)}),\n"
+            f"        config={_linear_config(advice)},\n"
             "        module_filter_fn=module_filter_fn,\n"
             "    )\n"
         )

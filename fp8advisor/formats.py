@@ -16,6 +16,7 @@ from enum import Enum
 
 from fp8advisor.errors import ConfigError, quote
 from fp8advisor.files import GENERATED_MARK
+from fp8advisor.layers import ExpertForm
 
 
 class ConfigFormat(str, Enum):
@@ -106,9 +107,29 @@ EXPERT_FORMATS: frozenset[ConfigFormat] = frozenset(
 #: Formats whose expert conversion has no filter: torchtitan 0.3's converter swaps every GroupedExperts.
 ALL_OR_NONE_EXPERT_FORMATS: frozenset[ConfigFormat] = frozenset({ConfigFormat.TORCHTITAN_PY})
 
+#: Formats whose expert conversion names modules and swaps every parameter under a matched one (torchao's
+#: `quantize_(..., Float8TrainingOpConfig(), filter_fn=...)`: `_swap_params` recurses into the children;
+#: torchtitan 0.2's converter calls it): a group whose module holds other parameters stays bf16 there.
+MODULE_NAMED_EXPERT_FORMATS: frozenset[ConfigFormat] = EXPERT_FORMATS - ALL_OR_NONE_EXPERT_FORMATS
+
+
+def file_can_convert(group, fmt) -> bool:
+    """Whether the file of `fmt` can convert the grouped `group` (an `ExpertAdvice`) without converting
+    anything else: a format with an expert switch, and for one naming modules, a module that holds only the
+    group's 3-D weights (`ExpertAdvice.other_parameters` empty)."""
+    if fmt not in EXPERT_FORMATS:
+        return False
+    return not (fmt in MODULE_NAMED_EXPERT_FORMATS and getattr(group, "other_parameters", ()))
+
+
 #: `ExpertAdvice.form` of experts held as 3-D weights (`layers.ExpertForm.GROUPED`); the other form, a list of
 #: nn.Linear, is converted Linear by Linear like any other layer.
-GROUPED_FORM = "grouped"
+GROUPED_FORM = ExpertForm.GROUPED.value
+
+#: torchtitan 0.2.0's converter for MoE grouped GEMMs, its `[model] converters` entry and section name
+#: (at tag v0.2.0: torchtitan/components/quantization/float8.py `Float8GroupedMMConverter`,
+#: torchtitan/config/job_config.py `Float8GroupedMM.fqns`). emit writes it, configs reads it.
+TORCHTITAN_0_2_EXPERTS_CONVERTER = "quantize.grouped_mm.float8"
 
 
 def grouped_expert_groups(experts) -> tuple:
@@ -210,13 +231,16 @@ __all__ = [
     "CHECK_PREFIX",
     "EXPERT_FORMATS",
     "GROUPED_FORM",
+    "MODULE_NAMED_EXPERT_FORMATS",
     "FILE_FORMATS",
     "FILTER_FQNS_MEANING",
     "SUBSTRING_FORMATS",
     "ConfigFormat",
+    "TORCHTITAN_0_2_EXPERTS_CONVERTER",
     "SuggestHeader",
     "all_or_none_converts",
     "expert_modules",
+    "file_can_convert",
     "experts_total_speedup",
     "grouped_expert_groups",
     "parse_format",

@@ -121,6 +121,10 @@ class ExpertGroup:
     router: str | None = None  # FQN of the router's GEMM layer (never converted)
     shared: tuple[str, ...] = ()  # FQNs of the shared experts' Linear layers (dense, decided one by one)
     notes: tuple[str, ...] = ()
+    #: GROUPED form: the other parameters under the experts' module (its own and its children's: a router or
+    #: shared expert beside 3-D weights held on the MoE module itself). torchao's quantize_ swaps every
+    #: parameter under a module its filter matches, so a file naming modules cannot convert this group alone.
+    other_parameters: tuple[str, ...] = ()
 
     @property
     def M_per_expert(self) -> float | None:
@@ -147,6 +151,7 @@ class ExpertGroup:
             "router": self.router,
             "shared": list(self.shared),
             "notes": list(self.notes),
+            "other_parameters": list(self.other_parameters),
         }
 
 
@@ -737,6 +742,14 @@ def inspect_loaded(loaded, *, batch: int = 1, seq: int = 8192, debug: bool = Fal
             f"tracing stopped at {where or 'an unknown place'} ({what}); "
             f"{assumed} layer(s) that had not run yet assumed M = batch x seq = {batch * seq}{experts}"
         )
+        untraced = untraced_expert_weights(modules, layers)
+        if untraced:
+            shown = ", ".join(untraced[:4]) + (f", ... ({len(untraced)} in all)" if len(untraced) > 4 else "")
+            notes.append(
+                f"WARNING: {shown}: >= 3-D parameters that had not run when tracing stopped look like routed "
+                "experts that were not traced (no E, M or GEMM seen): left out of the expert groups and of "
+                "the advice, they stay bf16 in every file it writes"
+            )
     if not layers:
         raise TargetError(
             f"{target_text} has no nn.Linear and its forward multiplies no parameter",
@@ -920,7 +933,7 @@ def _parameter_layer(module_fqn: str, module, name: str, found: list, owners: di
         reason = (
             f"{parameter.dim()}-D expert weights in torch.{first.op}: routed experts, converted as a group "
             "(torchtitan's Float8GroupedExpertsConverter, torchao's moe_training), not by Float8Linear "
-            "conversion"
+            "conversion; M: rows over all experts (see the routed experts section)"
         )
     else:
         cls = "Parameter"
@@ -996,6 +1009,21 @@ def _parent(fqn: str) -> str:
 
 def _is_under(fqn: str, ancestor: str) -> bool:
     return not ancestor or fqn == ancestor or fqn.startswith(ancestor + ".")
+
+
+def untraced_expert_weights(modules, layers: Sequence[GemmLayer]) -> list[str]:
+    """FQNs of the >= 3-D parameters no traced GEMM multiplied (each parameter once, by its first name):
+    routed experts' weights when tracing stopped before their grouped GEMMs ran (e.g. at a torch.nonzero in
+    the router), which `_grouped_candidates` cannot see."""
+    seen = {layer.fqn for layer in layers} | {alias for layer in layers for alias in layer.aliases}
+    found, ids = [], set()
+    for fqn, module in modules:
+        for name, parameter in module.named_parameters(recurse=False):
+            if parameter.dim() >= 3 and id(parameter) not in ids:
+                ids.add(id(parameter))
+                if _join(fqn, name) not in seen:
+                    found.append(_join(fqn, name))
+    return found
 
 
 def _grouped_candidates(modules, layer_by_fqn: dict[str, GemmLayer]) -> list[_ExpertCandidate]:
@@ -1081,20 +1109,26 @@ def _find_router(
     candidate: _ExpertCandidate, layers_under: dict, taken: set[str], groups: Sequence[str], levels: int
 ) -> tuple[GemmLayer | None, str]:
     """(the router's GEMM layer, the MoE module's FQN): the first layer with N = E and the experts' K in the
-    nearest of `levels` ancestors of the experts, not past an ancestor holding another group of experts.
-    Without one the MoE module is the experts' parent."""
+    experts' own module (3-D weights on the MoE module itself) or the nearest of `levels` ancestors, not past
+    an ancestor holding another group of experts. Without one the MoE module is the experts' parent, or the
+    experts' module itself when the parent holds other groups too."""
     Ks = {gemm.K for gemm in candidate.gemms}
     ancestor = candidate.fqn
-    for _ in range(levels):
-        if not ancestor:
-            break
-        ancestor = _parent(ancestor)
+    # The experts' own module first: 3-D expert weights may sit on the MoE module itself, router beside them.
+    for step in range(levels + 1):
+        if step:
+            if not ancestor:
+                break
+            ancestor = _parent(ancestor)
         if any(other != candidate.fqn and _is_under(other, ancestor) for other in groups):
             break  # a whole block or the model: its other MoE layers' routers are not this one's
         for layer in layers_under.get(ancestor, ()):
             if layer.N == candidate.n_experts and layer.K in Ks and layer.fqn not in taken:
                 return layer, ancestor
-    return None, _parent(candidate.fqn)
+    parent = _parent(candidate.fqn)
+    if any(other != candidate.fqn and _is_under(other, parent) for other in groups):
+        return None, candidate.fqn  # the parent holds other MoE layers (a ModuleList of blocks): not this one
+    return None, parent
 
 
 def _looks_routed(candidate: _ExpertCandidate, router: GemmLayer | None) -> bool:
@@ -1161,7 +1195,11 @@ def find_expert_groups(
     order = {fqn: index for index, (fqn, _) in enumerate(modules)}
     layers_under = _layers_under(layers)
     grouped = _grouped_candidates(modules, layer_by_fqn)
-    listed = _linear_list_candidates(modules, layer_by_fqn)
+    listed = [  # a list of MoE blocks that hold grouped experts is not itself a list of experts
+        candidate
+        for candidate in _linear_list_candidates(modules, layer_by_fqn)
+        if not any(_is_under(other.fqn, candidate.fqn) for other in grouped)
+    ]
     members = {fqn for candidate in grouped + listed for fqn in candidate.members}
     everything = [c.fqn for c in grouped + listed]
 
@@ -1225,9 +1263,17 @@ def _expert_group(
     if router is None:
         notes.append(f"no router found: no GEMM with N = E = {E} beside the experts")
     updated: list[GemmLayer] = []
+    others: tuple[str, ...] = ()
     if candidate.form is ExpertForm.GROUPED:
         M_total, more = _grouped_M_total(candidate, layer_by_fqn, tokens, top_k)
         notes += more
+        others = _other_parameters(candidate)
+        if others:
+            notes.append(
+                f"{candidate.fqn} also holds {', '.join(others[:3])}{', ...' if len(others) > 3 else ''}: "
+                "torchao's quantize_ would swap those too, so a file naming expert modules keeps this group "
+                "bf16"
+            )
     else:
         M_total, updated, more = _linear_list_M(candidate, layer_by_fqn, modules_by_fqn, trace, top_k)
         notes += more
@@ -1244,8 +1290,20 @@ def _expert_group(
         router=None if router is None else router.fqn,
         shared=shared,
         notes=tuple(notes),
+        other_parameters=others,
     )
     return group, updated
+
+
+def _other_parameters(candidate: _ExpertCandidate) -> tuple[str, ...]:
+    """The parameters under a grouped candidate's module (recursively) that are not its 3-D expert weights."""
+    members = candidate.members
+    return tuple(
+        fqn
+        for name, _ in candidate.module.named_parameters()
+        for fqn in (_join(candidate.fqn, name),)
+        if fqn not in members
+    )
 
 
 def _grouped_M_total(candidate: _ExpertCandidate, layer_by_fqn, tokens: int, top_k) -> tuple[int, list[str]]:

@@ -47,7 +47,7 @@ import contextlib
 import copy
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -64,6 +64,7 @@ from fp8advisor.formats import (
     ALL_OR_NONE_EXPERT_FORMATS,
     all_or_none_converts,
     expert_modules,
+    file_can_convert,
     grouped_expert_groups,
 )
 from fp8advisor.layers import LayerStatus, ModelLayers, block_shape
@@ -819,6 +820,7 @@ def verify(
         )
         checks.append(check)
         differences.extend(layer_differences)
+    checks = _mark_expert_wrapped(checks, expert_differences)
 
     # 6. Filter entries that match nothing, and the report.
     every_name = [fqn for layer in linear_layers for fqn in (layer.fqn, *layer.aliases)]
@@ -864,6 +866,21 @@ def swapped_expert_modules(model: nn.Module) -> set[str]:
     }
 
 
+#: A module the config's expert filter swaps (torchao's quantize_) that holds no expert group's weights.
+NOT_AN_EXPERT_GROUP = (
+    "the config's expert filter swaps its parameters to torchao's float8 weight wrapper (its matmuls run "
+    "float8): not an expert group"
+)
+
+
+def _mark_expert_wrapped(checks: list[LayerCheck], expert_differences: list[Difference]) -> list[LayerCheck]:
+    """The Linear checks whose weight the expert conversion wrapped (a router or shared expert under a module
+    the expert filter names), with that problem: the Layers table must not show them as bf16 and ok."""
+    wrapped = {d.subject for d in expert_differences if d.detail == NOT_AN_EXPERT_GROUP}
+    problem = f"{DifferenceKind.EXPERTS.value}: {NOT_AN_EXPERT_GROUP}"
+    return [replace(c, problems=(*c.problems, problem)) if c.fqn in wrapped else c for c in checks]
+
+
 def convert_experts(model: nn.Module, config: FrameworkConfig, groups) -> set[str]:
     """Convert the grouped experts of `model` in place as the config's framework would; return the modules
     whose parameters were swapped. torchao and torchtitan 0.2: torchao's own `quantize_(model,
@@ -878,6 +895,20 @@ def convert_experts(model: nn.Module, config: FrameworkConfig, groups) -> set[st
 
     quantize_(model, config=Float8TrainingOpConfig(), filter_fn=config.expert_filter)
     return swapped_expert_modules(model)
+
+
+def experts_summary(report) -> str:
+    """`; the 2 expert groups: converted as advised, checked on the meta model (not run: ...)`: what the
+    PASS/FAIL line says of the grouped experts (empty for a model without them): their conversion is checked
+    on the meta model only (`EXPERTS_NOT_RUN`)."""
+    checks = [check for check in report.experts if check.converted is not None]
+    if not checks:
+        return ""
+    agree = all(not check.problems for check in checks)
+    return (
+        f"; the {len(checks)} expert group(s): {'converted as advised' if agree else 'see the differences'}, "
+        "checked on the meta model (not run: torchao's float8 grouped GEMM needs a CUDA GPU)"
+    )
 
 
 #: Why the step runs the experts in bf16 (module docstring: verify's step runs on the CPU, emulated).
@@ -920,6 +951,8 @@ def check_experts(
     checks, differences = [], []
     for group in groups:
         expected = together if together is not None else group.convert
+        if expected and not file_can_convert(group, config.framework):
+            expected = False  # its module holds other parameters: the file cannot name it alone (emit's note)
         modules = expert_modules(group)
         done = [module in swapped for module in modules]
         converted = all(done)
@@ -937,7 +970,7 @@ def check_experts(
             Difference(
                 DifferenceKind.EXPERTS,
                 module,
-                "the config's expert filter swaps its parameters: not an expert group",
+                NOT_AN_EXPERT_GROUP,
             )
         )
     notes = [EXPERTS_NOT_RUN] if swapped else []

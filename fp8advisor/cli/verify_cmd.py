@@ -187,6 +187,8 @@ def _print_experts(report) -> None:
 
 
 def _print_report(report, settings) -> None:
+    from fp8advisor.verify import experts_summary
+
     from_header = settings.from_header
     config = report.config
     execution = report.execution
@@ -278,7 +280,7 @@ def _print_report(report, settings) -> None:
             Text("PASS: ", style="bold green")
             + Text(
                 f"the advice converts no layer and the config converts none (FP8 {state_word}): every "
-                "Linear runs in bf16"
+                "Linear runs in bf16" + experts_summary(report)
             )
         )
         return
@@ -289,6 +291,7 @@ def _print_report(report, settings) -> None:
                 f"the config converts exactly the {advised} advised layers, each ran float8 GEMMs "
                 "forward and "
                 "backward, no other layer did, and every SQNR clears the threshold"
+                + experts_summary(report)
             )
         )
         return
@@ -296,6 +299,7 @@ def _print_report(report, settings) -> None:
         Text("FAIL: ", style="bold red")
         + Text(
             f"{len(report.differences)} difference(s); the config converts {converted}, the advice {advised}"
+            + experts_summary(report)
         )
     )
     for difference in report.differences[:_MAX_LISTED]:
