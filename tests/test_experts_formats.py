@@ -316,7 +316,9 @@ def test_formats_that_cannot_convert_experts_say_they_stay_bf16(moe_advice, fmt)
     said = comments(text)
     assert "MoE experts stay bf16 with this file" in said and "predicted 1.30x over bf16, modelled" in said
     (warning,) = format_warnings(advice, fmt)
-    assert f"--format {fmt} cannot convert grouped MoE experts" in warning
+    assert warning.startswith(
+        f"--format {fmt} cannot convert grouped MoE experts"
+    )  # no "warning: " of its own
     assert render(moe_advice, fmt, request(MOE)) == render(replace(advice, experts=()), fmt, request(MOE))
 
 

@@ -290,8 +290,7 @@ def _print_report(report, settings) -> None:
             + Text(
                 f"the config converts exactly the {advised} advised layers, each ran float8 GEMMs "
                 "forward and "
-                "backward, no other layer did, and every SQNR clears the threshold"
-                + experts_summary(report)
+                "backward, no other layer did, and every SQNR clears the threshold" + experts_summary(report)
             )
         )
         return
