@@ -174,8 +174,16 @@ def test_verify_summary_says_the_experts_were_checked_on_the_meta_model():
 
 
 def test_one_name_for_the_grouped_form_and_the_torchtitan_0_2_converter():
-    from fp8advisor import emit, formats
-    from fp8advisor.layers import ExpertForm
+    """Each is spelled once in the package: the converter's name in formats, the form's word in layers."""
+    import fp8advisor
 
-    assert formats.GROUPED_FORM is ExpertForm.GROUPED.value
-    assert emit.TORCHTITAN_0_2_EXPERTS_CONVERTER is configs.TORCHTITAN_EXPERTS_CONVERTER
+    sources = {
+        path.name: path.read_text()
+        for path in Path(fp8advisor.__file__).parent.glob("*.py")
+        if path.is_file()
+    }
+    assert [name for name, text in sources.items() if '"quantize.grouped_mm.float8"' in text] == [
+        "formats.py"
+    ]
+    for name in ("formats.py", "emit.py", "configs.py", "verify.py"):
+        assert '= "grouped"' not in sources[name] and '== "grouped"' not in sources[name], name
