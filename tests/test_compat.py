@@ -187,7 +187,8 @@ def test_compiled_graph_count_survives_a_reset():
 
 def test_raise_recompile_limit_only_raises():
     config = importlib.import_module("torch._dynamo.config")
-    with config.patch(recompile_limit=8):  # torch's patch: see the inductor test below for why not monkeypatch
+    # torch's patch: see the inductor test below for why not monkeypatch
+    with config.patch(recompile_limit=8):
         compat.raise_recompile_limit(64)
         assert config.recompile_limit == 64
         compat.raise_recompile_limit(16)

@@ -35,7 +35,9 @@ def test_suggest_decides_the_experts_per_gpu_and_writes_both_converters(titan_co
     groups = payload["experts"]
     assert [g["group"] for g in groups] == ["layers.3.moe.experts", "layers.4.moe.experts"]
     # 256 experts over 32 GPUs: 8 per GPU, each multiplying 8192 tokens x top 8 x 32 / 256 rows
-    assert all((g["E"], g["E_local"], g["M_per_expert"], g["convert"]) == (256, 8, 8192, True) for g in groups)
+    assert all(
+        (g["E"], g["E_local"], g["M_per_expert"], g["convert"]) == (256, 8, 8192, True) for g in groups
+    )
     assert all(g["provenance"] == "modelled" for g in groups)
     text = titan_config.read_text()
     assert "Float8GroupedExpertsConverter.Config(" in text and "Float8LinearConverter.Config(" in text

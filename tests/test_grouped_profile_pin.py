@@ -102,6 +102,9 @@ def test_the_grouped_roofline_is_pinned_as_none_where_no_grouped_profile_was_use
     assert "Float8GroupedExpertsConverter.Config(" not in path.read_text()  # the roofline: 0.5x, bf16
     checked = runner.invoke(app, command)
     assert checked.exit_code == 0, checked.output
+    verified = runner.invoke(app, ["verify", MODEL, "--config", str(path), "--json"])  # reads the pin
+    assert verified.exit_code == 0, verified.output
+    assert [g["advised"] for g in json.loads(verified.stdout)["experts"]] == [False, False]
 
 
 def test_an_explicit_profile_still_finds_the_grouped_profile_of_its_gpu(user_dir):
