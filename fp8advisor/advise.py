@@ -123,6 +123,9 @@ class ExpertAdvice:
     `speedup_range` (low, high) under the `--expert-imbalance` the user stated (None: balanced only).
     Times are summed over the group's GEMMs at M_total rows. With expert parallelism (`--ep P`) everything
     is per GPU: `E_local` = E / P experts, `M_per_expert` = M_total / E_local (balanced routing).
+    `tokens` (batch x seq) and `M_total` (tokens x top_k, the rows through each of the group's GEMMs) are one
+    GPU's; under --ep the rows its E / P experts receive from the P GPUs' tokens are, balanced, that same
+    M_total, which is what was predicted.
     """
 
     group: str  # ExpertGroup.fqn
@@ -144,6 +147,8 @@ class ExpertAdvice:
     #: `layers.ExpertGroup.other_parameters`: parameters beside the 3-D weights under the experts' module (a
     #: file converting by module name, torchao's quantize_, would swap them too: it keeps the group bf16).
     other_parameters: tuple[str, ...] = ()
+    tokens: int | None = None  # rows entering the MoE layer on one GPU (batch x seq)
+    M_total: int | None = None  # rows through each of the group's GEMMs on one GPU; None: unknown
 
     @property
     def experts_per_gpu(self) -> int:
@@ -159,6 +164,9 @@ class ExpertAdvice:
             "E_local": self.experts_per_gpu,
             "top_k": self.top_k,
             "M_per_expert": None if self.M_per_expert is None else round(self.M_per_expert, 3),
+            "M_total": self.M_total,
+            "tokens": self.tokens,
+            "per_gpu": ["tokens", "M_total", "E_local", "M_per_expert"],  # one GPU's (see the docstring)
             "convert": self.convert,
             "reason": self.reason,
             "recipe": self.recipe,
@@ -245,6 +253,10 @@ class Advice:
     expert_imbalance: float = 1.0
     #: `--ep`: the expert-parallel degree; expert groups are predicted and decided per GPU (E / P experts).
     expert_parallel: int = 1
+    #: The profile whose grouped expert GEMM figures predicted the grouped experts (`ProfileChoice.
+    #: grouped_profile`: --grouped-profile, the profile's own, or found for its GPU family); None when the
+    #: model has no grouped experts or no profile of this GPU measured them (the grouped roofline answers).
+    grouped_profile: str | None = None
 
     @property
     def grouped_experts(self) -> tuple[ExpertAdvice, ...]:
@@ -370,6 +382,7 @@ class Advice:
             "in_context": self._in_context_json(),
             "experts": [group.to_json() for group in self.experts],
             "expert_imbalance": self.expert_imbalance,
+            "grouped_profile": self.grouped_profile,
             "warnings": list(self.warnings),
             "notes": list(self.notes),
         }
@@ -691,6 +704,8 @@ def _decide_group(
         recipe=(GROUPED_RECIPE if grouped else recipe).value,
         E_local=None if expert_parallel == 1 else local.n_experts,
         other_parameters=group.other_parameters,
+        tokens=group.tokens,
+        M_total=local.M_total,
     )
     timing: dict[str, Any] = {}
     if grouped:
@@ -1169,7 +1184,17 @@ def advise(
         experts=experts,
         expert_imbalance=expert_imbalance,
         expert_parallel=expert_parallel,
+        grouped_profile=_grouped_profile_name(profile_choice, model_layers),
     )
+
+
+def _grouped_profile_name(profile_choice, model_layers: ModelLayers) -> str | None:
+    """The name of the profile whose grouped figures predict the model's grouped experts (`Advice.
+    grouped_profile`), None when it has none or no profile has such figures."""
+    if not any(group.form is ExpertForm.GROUPED for group in model_layers.expert_groups):
+        return None
+    source = getattr(profile_choice, "grouped_profile", None)
+    return None if source is None else source.name
 
 
 def _decide_in_context(decided: list[LayerAdvice], measured) -> tuple[list[LayerAdvice], dict[str, bool]]:

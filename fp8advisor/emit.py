@@ -86,6 +86,7 @@ class Request:
     tensor_parallel: int = 1
     measured: str | None = None  # as typed with --measured; None = found automatically, or none
     expert_parallel: int = 1  # --ep: the routed experts are decided per GPU (E / P experts)
+    grouped_profile: str | None = None  # as typed with --grouped-profile; None = found automatically, or none
 
     def command(
         self,
@@ -94,12 +95,15 @@ class Request:
         *,
         chosen_profile: str | None = None,
         chosen_measured: str | None = None,
+        chosen_grouped_profile: str | None = None,
     ) -> str:
         """The `fp8advisor suggest` command line that regenerates the file (`--check FILE` verifies it).
 
         `chosen_profile` pins the profile that was chosen automatically, so that CI on another machine
-        (another GPU, or none) predicts with the same figures; `chosen_measured` likewise the in-context
-        results found in the profile directory (CI needs that directory: commit a copy, give its path).
+        (another GPU, or none) predicts with the same figures; `chosen_grouped_profile` likewise the profile
+        whose grouped figures predicted the MoE experts, when it is not that profile; `chosen_measured` the
+        in-context results found in the profile directory (CI needs that directory: commit a copy, give its
+        path).
         """
         words = [
             "fp8advisor",
@@ -114,6 +118,9 @@ class Request:
         profile = self.profile if self.profile is not None else chosen_profile
         if profile is not None:
             words += ["--profile", _shell_word(profile)]
+        grouped = self.grouped_profile if self.grouped_profile is not None else chosen_grouped_profile
+        if grouped is not None:
+            words += ["--grouped-profile", _shell_word(grouped)]
         if self.min_speedup != DEFAULT_MIN_SPEEDUP:
             words += ["--min-speedup", f"{self.min_speedup:g}"]
         if self.tensor_parallel != 1:
@@ -148,7 +155,8 @@ def header_lines(advice: Advice, request: Request, fmt: ConfigFormat, what: str 
         + (f"  tensor parallel: {request.tensor_parallel}" if request.tensor_parallel != 1 else "")
         + (f"  expert parallel: {request.expert_parallel}" if request.expert_parallel != 1 else ""),
         f"recipe: {recipe}  profile: {profile} ({advice.profile_provenance})  "
-        f"min speedup: {advice.min_speedup:g}",
+        f"min speedup: {advice.min_speedup:g}"
+        + (f"  grouped profile: {_grouped_pin(advice)}" if _grouped_pin(advice) else ""),
         what if what is not None else _what_it_converts(advice, fmt),
     ]
     if advice.in_context is not None:
@@ -194,9 +202,27 @@ def fp8_off_reason(advice: Advice) -> str:
 
 
 def pinned_command(request: Request, advice: Advice, fmt: ConfigFormat, output: str | None = None) -> str:
-    """`request.command` with what was chosen automatically (the profile, in-context results) pinned."""
+    """`request.command` with what was chosen automatically (the profile, the grouped profile, in-context
+    results) pinned."""
     source = None if advice.in_context is None else str(advice.in_context.source)
-    return request.command(fmt, output, chosen_profile=advice.profile_name, chosen_measured=source)
+    return request.command(
+        fmt,
+        output,
+        chosen_profile=advice.profile_name,
+        chosen_measured=source,
+        chosen_grouped_profile=_grouped_pin(advice),
+    )
+
+
+def _grouped_pin(advice: Advice) -> str | None:
+    """What the check command pins with --grouped-profile for a model with grouped experts: the profile their
+    figures came from when it is not the pinned --profile, "none" when the grouped roofline predicted them (so
+    that a grouped profile found on the CI machine does not change the advice); None otherwise."""
+    from fp8advisor.profile import NO_GROUPED_PROFILE
+
+    if not advice.grouped_experts or advice.grouped_profile == advice.profile_name:
+        return None
+    return advice.grouped_profile if advice.grouped_profile is not None else NO_GROUPED_PROFILE
 
 
 def _comment(lines: list[str]) -> str:

@@ -180,6 +180,7 @@ class SuggestHeader:
     measured: str | None  # the in-context results directory the advice was decided from, if any
     format: ConfigFormat | None
     expert_parallel: int | None = None  # --ep; None: not given (1)
+    grouped_profile: str | None = None  # --grouped-profile as the check command pins it; None: not pinned
 
 
 def read_header(text: str) -> SuggestHeader | None:
@@ -221,6 +222,7 @@ def read_header(text: str) -> SuggestHeader | None:
             measured=options.get("--measured"),
             format=fmt,
             expert_parallel=int(options["--ep"]) if "--ep" in options else None,
+            grouped_profile=options.get("--grouped-profile"),
         )
     except (KeyError, ValueError, IndexError):
         return None

@@ -4,7 +4,7 @@ predictor of `profile.GroupedProfile` (and of its leave-one-out error in `fp8adv
 The rule is the Linear predictor's (`fp8advisor.predict`), on four axes: inside the measured grid, linear in
 (log2 E, log2 M_per_expert, log2 K, log2 N) -> log speedup (`predict.multilinear` over the product of the
 measured axis values; holes, such as the shapes too large for one GPU or failed points, first filled from
-their measured neighbours along each axis, `predict._fill_holes`). Outside it:
+their measured neighbours along each axis, `predict.fill_grid_holes`). Outside it:
 
 - E, K or N outside the measured range: no answer (None). These are the expert count and widths of a model,
   which the grid is chosen to span; a figure from outside would be a guess.
@@ -40,7 +40,7 @@ class GroupedModel:
 
     def __init__(self, shapes: Sequence[tuple[int, int, int, int]], speedups: Sequence[float]):
         from fp8advisor.errors import ProfileError
-        from fp8advisor.predict import _fill_holes
+        from fp8advisor.predict import fill_grid_holes
 
         if len(shapes) == 0:
             raise ProfileError("no measured grouped points", hint="run `fp8advisor bench --grouped`")
@@ -56,7 +56,7 @@ class GroupedModel:
         self.fill_fraction = len(coords) / grid.size
         if np.isnan(grid).any():
             reduced = grid.reshape([len(self.axes[dim]) for dim in self.varying])
-            grid = _fill_holes(reduced, [self.axes[dim] for dim in self.varying]).reshape(grid.shape)
+            grid = fill_grid_holes(reduced, [self.axes[dim] for dim in self.varying]).reshape(grid.shape)
         self.grid = grid
 
     def _log_value(self, coords: np.ndarray) -> float:

@@ -7,9 +7,9 @@ complete grid is interpolated multilinearly (`multilinear`: what `scipy.interpol
 computes with method="linear", which a test pins; written out in numpy because importing scipy.interpolate
 costs `suggest` a second, a fifth of its time). A grid with holes (failed points)
 that still fills at least half of its product grid first fills each hole from its measured neighbours
-(`_fill_holes`: the mean of the linear interpolations along each axis), then interpolates the same way; this
-is deterministic and cheap, which leave-one-out needs (one fit per held-out point). Points that fill less than
-half of their product grid (a list of model shapes) use `LinearNDInterpolator` over their Delaunay
+(`fill_grid_holes`: the mean of the linear interpolations along each axis), then interpolates the same way;
+this is deterministic and cheap, which leave-one-out needs (one fit per held-out point). Points that fill less
+than half of their product grid (a list of model shapes) use `LinearNDInterpolator` over their Delaunay
 triangulation, and nearest-neighbour where a query lies in the bounding box but outside their convex hull. All
 reproduce every measured point.
 
@@ -131,7 +131,7 @@ class LogGridModel:
             grid = np.full(shape, np.nan)
             grid[tuple(np.searchsorted(a, reduced[:, i]) for i, a in enumerate(axes))] = logs
             if not self.is_complete_grid:
-                grid = _fill_holes(grid, axes)
+                grid = fill_grid_holes(grid, axes)
             self._regular = (tuple(axes), grid)
             return
         from scipy.interpolate import LinearNDInterpolator, NearestNDInterpolator
@@ -178,7 +178,7 @@ def multilinear(axes: Sequence[np.ndarray], grid: np.ndarray, point: Sequence[fl
     return total
 
 
-def _fill_holes(grid: np.ndarray, axes: Sequence[np.ndarray]) -> np.ndarray:
+def fill_grid_holes(grid: np.ndarray, axes: Sequence[np.ndarray]) -> np.ndarray:
     """Fill the NaN cells of a grid of log values from its measured cells, deterministically.
 
     A hole gets the mean, over the axes, of the linear interpolation (in log2 coordinates) between the nearest
@@ -481,6 +481,7 @@ __all__ = [
     "LogGridModel",
     "Prediction",
     "extrapolate",
+    "fill_grid_holes",
     "multilinear",
     "predict_expert_group",
     "predict_speedup",

@@ -12,7 +12,7 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -618,17 +618,29 @@ class ProfileChoice:
     primary: Profile
     fallback: Profile | None
     reason: str
-    #: The profile whose grouped expert GEMM figures answer: the primary when it has them, else the best
-    #: profile of the same GPU family that has (`select_profile`); None when none has.
+    #: The profile whose grouped expert GEMM figures answer when it is not the primary: the one given with
+    #: --grouped-profile, else (the primary having none) the best profile of the same GPU family that has
+    #: them (`select_profile`); None when none has, or the primary's own answer.
     grouped_source: Profile | None = None
+    #: --grouped-profile none: the grouped roofline predicts the experts, whatever profile has figures.
+    grouped_off: bool = False
+
+    @property
+    def grouped_profile(self) -> Profile | None:
+        """The profile whose grouped expert GEMM figures predict the experts, None when no profile of this GPU
+        has measured them or --grouped-profile none was given (the grouped roofline answers)."""
+        if self.grouped_off:
+            return None
+        if self.grouped_source is not None:
+            return self.grouped_source
+        return self.primary if self.primary.grouped is not None else None
 
     @property
     def grouped(self) -> GroupedProfile | None:
         """The grouped expert GEMM figures to predict with (`GroupedProfile`), None when no profile of this
         GPU has measured them."""
-        if self.primary.grouped is not None:
-            return self.primary.grouped
-        return self.grouped_source.grouped if self.grouped_source is not None else None
+        source = self.grouped_profile
+        return source.grouped if source is not None else None
 
     @property
     def name(self) -> str:
@@ -657,6 +669,10 @@ class ProfileChoice:
         text = f"profile {self.primary.describe()}: {self.reason}"
         if self.fallback is not None:
             text += f"; other recipes and sizes from {self.fallback.name} ({self.fallback.provenance})"
+        if self.grouped_source is not None and self.grouped is not None:
+            text += f"; MoE expert grouped GEMMs from {self.grouped_source.name} ({self.grouped.provenance})"
+        if self.grouped_off:
+            text += f"; MoE expert grouped GEMMs from the roofline (--grouped-profile {NO_GROUPED_PROFILE})"
         return text
 
 
@@ -670,9 +686,13 @@ def modelled_profile_for(family: str | None) -> Profile | None:
     return None
 
 
-def _pair(primary: Profile, reason: str, grouped_source: Profile | None = None) -> ProfileChoice:
+def _pair(
+    primary: Profile, reason: str, grouped_source: Profile | None = None, *, grouped_given: bool = False
+) -> ProfileChoice:
+    """The choice of `primary`; `grouped_source` answers for the experts when given with --grouped-profile
+    (`grouped_given`), else only when the primary has no grouped figures of its own."""
     fallback = None if primary.is_modelled else modelled_profile_for(primary.family)
-    if primary.grouped is not None:
+    if primary.grouped is not None and not grouped_given:
         grouped_source = None
     return ProfileChoice(primary=primary, fallback=fallback, reason=reason, grouped_source=grouped_source)
 
@@ -691,6 +711,35 @@ def _grouped_source(family: str | None, user_profiles: list[Profile]) -> Profile
         if grouped:
             return _best(grouped)
     return None
+
+
+#: `--grouped-profile none`: predict the experts with the grouped roofline (pinned in a check command when no
+#: profile's grouped figures were used, so that a grouped profile found on another machine does not count).
+NO_GROUPED_PROFILE = "none"
+
+
+def load_grouped_profile(name_or_path: str | Path) -> Profile:
+    """The profile given with --grouped-profile (a name or path, as `load_profile`); it must hold grouped
+    expert GEMM figures (`fit` of `bench --grouped` results)."""
+    profile = load_profile(name_or_path)
+    if profile.grouped is None:
+        raise ProfileError(
+            f"profile {profile.name!r} has no grouped expert GEMM figures",
+            hint="give --grouped-profile a profile `fit` made from `bench --grouped` results",
+        )
+    return profile
+
+
+def _requested_profile(name_or_path: str | Path) -> Profile:
+    """The profile given with --profile; a profile of grouped expert GEMMs alone is refused (it has no Linear
+    recipe to predict with), saying to pass it as --grouped-profile."""
+    profile = load_profile(name_or_path)
+    if not profile.recipes and profile.grouped is not None:
+        raise ProfileError(
+            f"profile {profile.name!r} is a grouped-only profile (MoE expert GEMMs, no Linear recipe)",
+            hint=f"pass it as --grouped-profile {name_or_path} (the Linear profile is then chosen as usual)",
+        )
+    return profile
 
 
 def _detect_device_name() -> str | None:
@@ -715,7 +764,11 @@ def _best(profiles: list[Profile]) -> Profile:
 
 
 def select_profile(
-    requested: str | Path | None = None, *, device_name: str | None = None, detect_device: bool = True
+    requested: str | Path | None = None,
+    *,
+    grouped: str | Path | None = None,
+    device_name: str | None = None,
+    detect_device: bool = True,
 ) -> ProfileChoice:
     """Choose the profile to predict with, and say why.
 
@@ -724,9 +777,29 @@ def select_profile(
     newest; measured before published) > the shipped one for this family (measured or published before
     modelled) > the shipped H100 one. The result pairs it with the modelled roofline profile of the same
     family.
+
+    The MoE experts' grouped GEMM figures: `grouped` (--grouped-profile, a name or path; "none": the grouped
+    roofline) wins; else the
+    chosen profile's own; else the best profile of its GPU family that has them (`_grouped_source`), for a
+    requested profile too.
     """
+    off = grouped is not None and str(grouped) == NO_GROUPED_PROFILE
+    given = load_grouped_profile(grouped) if grouped is not None and not off else None
+    choice = _select_profile(requested, device_name=device_name, detect_device=detect_device)
+    if off:
+        return replace(choice, grouped_source=None, grouped_off=True)
+    if given is not None:
+        return _pair(choice.primary, choice.reason, given, grouped_given=True)
+    return choice
+
+
+def _select_profile(
+    requested: str | Path | None, *, device_name: str | None, detect_device: bool
+) -> ProfileChoice:
     if requested is not None:
-        return _pair(load_profile(requested), "requested with --profile")
+        primary = _requested_profile(requested)
+        own = [p for p in _profiles_in(user_profile_dir(), []) if p.family == primary.family]  # bad: skipped
+        return _pair(primary, "requested with --profile", _grouped_source(primary.family, own))
     if device_name is None and detect_device:
         device_name = _detect_device_name()
     # a GPU the roofline table lacks is its own family, so that the user's profile of it is still found
@@ -776,6 +849,7 @@ def select_profile(
 
 
 __all__ = [
+    "NO_GROUPED_PROFILE",
     "PROFILE_DIR_ENV",
     "PROVENANCES",
     "PROVENANCE_RANK",
@@ -792,6 +866,7 @@ __all__ = [
     "SpeedupPoint",
     "dumps_profile",
     "list_profiles",
+    "load_grouped_profile",
     "load_profile",
     "modelled_profile_for",
     "save_profile",

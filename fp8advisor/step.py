@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from fp8advisor.errors import AdvisorError, ProfileError
+from fp8advisor.layers import ExpertForm
 from fp8advisor.paths import DATA_DIR
 from fp8advisor.recipes import Recipe
 from fp8advisor.roofline import BYTES_PER_BF16, GpuSpecs
@@ -390,7 +391,7 @@ def predict_step(
     """
     converted = frozenset(converted)
     converted_experts = frozenset(converted_experts)
-    grouped = [e for e in experts if e.form == "grouped" and e.predicted_speedup is not None]
+    grouped = [e for e in experts if e.form == ExpertForm.GROUPED.value and e.predicted_speedup is not None]
     experts_float8 = [e for e in grouped if e.group in converted_experts]
     experts_bf16 = [e for e in grouped if e.group not in converted_experts]
     census = model_layers.census
@@ -505,9 +506,11 @@ def _expert_terms(experts_float8, experts_bf16, scaled: Callable[[float], float]
         Term(
             "experts_float8",
             scaled(sum(e.float8_time_s for e in experts_float8)),
-            _weakest_or_modelled(e.provenance for e in experts_float8 if e.provenance),
-            f"{len(experts_float8)} routed expert group(s) in float8 (rowwise grouped GEMMs): bf16 time / "
-            "predicted speedup at balanced routing" + in_step,
+            # the weakest of the bf16 time's (always the grouped roofline: `predict.GroupTimes`) and the
+            # speedups' provenance: a measured speedup over a modelled bf16 time gives modelled seconds
+            _weakest_or_modelled([MODELLED, *(e.provenance for e in experts_float8 if e.provenance)]),
+            f"{len(experts_float8)} routed expert group(s) in float8 (rowwise grouped GEMMs): the grouped "
+            "roofline's bf16 time / predicted speedup at balanced routing" + in_step,
         ),
         Term(
             "experts_bf16",
@@ -693,7 +696,7 @@ def step_report(
     if model_layers.census is not None and not model_layers.census.complete:
         notes.append("tracing stopped part-way: attention and memory-bound terms cover only what ran")
     expert_parallel = getattr(advice, "expert_parallel", 1)
-    if any(e.form == "grouped" for e in experts):
+    if any(e.form == ExpertForm.GROUPED.value for e in experts):
         notes.append(
             "routed experts: grouped GEMMs at balanced routing, modelled by the grouped roofline unless a "
             "measured grouped profile answers; "
@@ -704,6 +707,12 @@ def step_report(
                 if expert_parallel > 1
                 else "expert parallelism (all-to-all) is not modelled"
             )
+        )
+    unpriced = [e for e in experts if e.form == ExpertForm.GROUPED.value and e.predicted_speedup is None]
+    if unpriced:
+        notes.append(
+            f"{len(unpriced)} routed expert group(s) left out of every step (no prediction): "
+            + "; ".join(f"{e.group}: {e.reason}" for e in unpriced)
         )
 
     break_even = None

@@ -644,6 +644,7 @@ class AdviceSettings:
     tensor_parallel: int = 1
     measured: str | None = None  # in-context results to decide the measured blocks from (suggest --measured)
     expert_parallel: int = 1  # suggest --ep: the routed experts decided per GPU
+    grouped_profile: str | None = None  # suggest --grouped-profile; None: found as suggest finds it
     from_header: tuple[str, ...] = ()  # the names of the settings read from the config's header
 
 
@@ -659,6 +660,7 @@ def advice_settings(
     measured: str | None = None,
     target: str | None = None,
     expert_parallel: int | None = None,
+    grouped_profile: str | None = None,
 ) -> tuple[AdviceSettings, str | None]:
     """The settings to advise with: each given on the command line (not None), else the one in the header
     `fp8advisor suggest` wrote into the config (`emit.read_header`), else the default. Also one line saying
@@ -680,6 +682,7 @@ def advice_settings(
         "tensor_parallel": tensor_parallel,
         "measured": measured,
         "expert_parallel": expert_parallel,
+        "grouped_profile": grouped_profile,
     }
     if header is None:
         chosen = {name: value for name, value in given.items() if value is not None}
@@ -693,6 +696,7 @@ def advice_settings(
         "tensor_parallel": header.tensor_parallel,
         "measured": header.measured,
         "expert_parallel": header.expert_parallel,
+        "grouped_profile": header.grouped_profile,
     }
     options = {"tensor_parallel": "--tp", "expert_parallel": "--ep"}
     chosen, disagreements = {}, []
@@ -739,6 +743,7 @@ def verify(
     tensor_parallel: int = 1,
     measured: str | Path | None = None,
     expert_parallel: int = 1,
+    grouped_profile: str | None = None,
 ) -> VerifyReport:
     """Check that the config at `config_path` converts exactly the layers `advise` picks for `target` at
     (batch, seq), that they run float8 GEMMs and nothing else does, and that their numerics are sound.
@@ -748,7 +753,8 @@ def verify(
     `trust_config`: run a Python config's filter function instead of evaluating it from its syntax
     (`fp8advisor.configs.read_config`). `tensor_parallel`, `measured`: as `suggest --tp` / `--measured` (the
     in-context results decide the blocks they measured; never picked up automatically, as under --check).
-    `expert_parallel`: as `suggest --ep` (the routed experts decided per GPU).
+    `expert_parallel`, `grouped_profile`: as `suggest --ep` (the routed experts decided per GPU) and
+    `--grouped-profile` (the profile of their grouped GEMM figures; None: found as suggest finds it).
     Raises AdvisorError subclasses (exit 2) for unusable input; the report's `exit_code` is 0 or 1.
     """
     from fp8advisor.advise import AUTO, DEFAULT_MIN_SPEEDUP
@@ -772,6 +778,7 @@ def verify(
         tensor_parallel,
         measured,
         expert_parallel,
+        grouped_profile,
     )
     if config.recipe is None:  # a bare filter list trains with the advised recipe
         config = config.with_recipe(advice.recipe)
@@ -1036,13 +1043,14 @@ def _advice_for(
     tensor_parallel: int = 1,
     measured: str | Path | None = None,
     expert_parallel: int = 1,
+    grouped_profile: str | None = None,
 ):
     """`advise` for the model, with --recipe, else the config's recipe, else (a bare filter list) "auto"; with
     the tensor- and expert-parallel degrees and the in-context results `suggest` advised with."""
     from fp8advisor.advise import AUTO, advise
     from fp8advisor.measured import in_context_reader
 
-    choice = _profile_choice(profile, predictor)
+    choice = _profile_choice(profile, predictor, grouped_profile)
     in_context = None
     if measured is not None:
         in_context = in_context_reader(
@@ -1329,12 +1337,12 @@ def _why_not_converted(config: FrameworkConfig, layer) -> str:
     return f"the config's rule ({config.rule}) keeps it in bf16"
 
 
-def _profile_choice(profile: str | None, predictor: Callable | None):
+def _profile_choice(profile: str | None, predictor: Callable | None, grouped_profile: str | None = None):
     if predictor is not None and profile is None:
         return _TestProfile()
     from fp8advisor.profile import select_profile
 
-    return select_profile(profile)
+    return select_profile(profile, grouped=grouped_profile)
 
 
 class _TestProfile:

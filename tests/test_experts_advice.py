@@ -395,7 +395,7 @@ def test_suggest_prints_the_routed_experts_section(moe_world):
     assert "float8" in row or "bf16" in row
     assert "(routed experts' grouped GEMMs excluded)" in " ".join(line.strip() for line in lines)
     share = next(i for i, line in enumerate(lines) if line.startswith("routed experts: "))
-    assert "% of the predicted bf16 GEMM time" in lines[share] and len(lines[share]) <= 80
+    assert "%~ of the predicted bf16 GEMM time" in lines[share] and len(lines[share]) <= 80
     assert any(line.strip().startswith("experts bf16") for line in lines)  # the step's terms
 
 
@@ -409,6 +409,67 @@ def test_suggest_json_carries_the_experts(moe_world):
     low, high = first["speedup_range"]
     assert low <= first["predicted_speedup"] <= high
     assert data["expert_imbalance"] == 1.5
+    assert (first["E"], first["top_k"], first["M_per_expert"]) == (E, TOP_K, TOKENS * TOP_K / E)
+    assert (first["M_total"], first["tokens"]) == (TOKENS * TOP_K, TOKENS)
+    assert "M_total" in first["per_gpu"] and "tokens" in first["per_gpu"]
+
+
+def test_suggest_json_experts_under_ep_are_one_gpus(moe_world):
+    first = json.loads(_suggest("--json", "--ep", "4").output)["experts"][0]
+    # a GPU's 16 experts receive, balanced, the same tokens x top_k rows from the 4 GPUs' tokens
+    assert (first["E"], first["E_local"], first["M_total"]) == (E, E // 4, TOKENS * TOP_K)
+    assert first["M_per_expert"] == TOKENS * TOP_K / (E // 4)
+
+
+def test_suggest_says_the_imbalance_is_clamped_to_E(moe_world):
+    result = _suggest("--expert-imbalance", "300")
+    assert result.exit_code == 0, result.output
+    assert f"imbalance up to 300, clamped to E = {E})" in " ".join(result.output.split())
+    per_gpu = _suggest("--expert-imbalance", "300", "--ep", "4")
+    assert f"imbalance up to 300, clamped to E per GPU = {E // 4})" in " ".join(per_gpu.output.split())
+    unclamped = _suggest("--expert-imbalance", "2")
+    assert "clamped" not in unclamped.output
+
+
+def test_experts_share_line_marks_its_figures_modelled_even_with_measured_speedups():
+    from fp8advisor.cli.suggest_cmd import _experts_share_line
+
+    model = grouped_moe(blocks=1)
+    advice = _advise(model, expert_predictor=StubExperts(speedup=2.0, provenance="measured"))
+    line = _experts_share_line(advice)
+    assert re.match(r"routed experts: \d+%~ of the predicted bf16 GEMM time", line)
+    assert re.search(r"this advice \d+\.\d\dx~", line)
+
+
+def test_step_experts_float8_seconds_are_modelled_whatever_the_speedups_provenance():
+    from fp8advisor.roofline import GpuSpecs
+    from fp8advisor.step import Calibration, StepConfig, StepGpu, step_report
+
+    model = replace(grouped_moe(blocks=1), census=_census(), parameter_count=0)
+    advice = _advise(model, expert_predictor=StubExperts(speedup=2.0, provenance="measured"))
+    gpu = StepGpu(GpuSpecs("TEST", 1e12, 2e12, 1e9, 1.0, 1.0, kernel_floor_s=0.0), 1e9)
+    report = step_report(
+        advice, model, StubChoice(), gpu, StepConfig(), Calibration(1.0, "none"), break_even_target=None
+    )
+    term = report.prediction("advice").term("experts_float8")
+    assert (
+        term.seconds > 0 and term.provenance == "modelled"
+    )  # the grouped roofline's bf16 / a measured speedup
+
+
+def test_step_says_which_expert_groups_it_leaves_out():
+    from fp8advisor.roofline import GpuSpecs
+    from fp8advisor.step import Calibration, StepConfig, StepGpu, step_report
+
+    model = replace(grouped_moe(blocks=1, M_total=None, top_k=None), census=_census(), parameter_count=0)
+    advice = _advise(model)
+    assert advice.experts[0].predicted_speedup is None
+    gpu = StepGpu(GpuSpecs("TEST", 1e12, 2e12, 1e9, 1.0, 1.0, kernel_floor_s=0.0), 1e9)
+    report = step_report(
+        advice, model, StubChoice(), gpu, StepConfig(), Calibration(1.0, "none"), break_even_target=None
+    )
+    note = next(note for note in report.notes if "left out of every step" in note)
+    assert "layers.0.moe.experts: M per expert unknown" in note
 
 
 @pytest.mark.parametrize("bad", ["0.5", "nan"])

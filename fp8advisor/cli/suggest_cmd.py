@@ -71,14 +71,14 @@ def _format_for(fmt: str | None, path: str | None) -> ConfigFormat | None:
     raise AdvisorError(f"which config format should {path} hold?", hint=f"add --format (one of: {_FORMATS})")
 
 
-def _input_files(target: str, profile: str | None) -> list[Path]:
-    """The files `suggest` reads, which -o must never replace: the model file (or config.json) and a
-    profile given as a path. (Not `target.parse_target`: that also checks the file exists, which is the
+def _input_files(target: str, *profiles: str | None) -> list[Path]:
+    """The files `suggest` reads, which -o must never replace: the model file (or config.json) and the
+    profiles given as paths. (Not `target.parse_target`: that also checks the file exists, which is the
     model loader's error to give.)"""
     path = Path(target.split(":", 1)[0])
     if path.is_dir():
         path = path / "config.json"
-    return [path] + ([Path(profile)] if profile is not None else [])
+    return [path] + [Path(profile) for profile in profiles if profile is not None]
 
 
 @command("suggest", short_help="Advise which Linear layers to convert; write the training config.")
@@ -100,6 +100,12 @@ def suggest(
     ),
     profile: str | None = typer.Option(
         None, "--profile", help="Profile name or path (default: the best one for this GPU type)."
+    ),
+    grouped_profile: str | None = typer.Option(
+        None,
+        "--grouped-profile",
+        help="MoE: profile name or path of the experts' grouped GEMM figures (`fit` of `bench --grouped`; "
+        "default: the profile's own, else the best one for its GPU type, else the grouped roofline).",
     ),
     min_speedup: float = typer.Option(
         DEFAULT_MIN_SPEEDUP, "--min-speedup", help="Convert a layer when its predicted speedup reaches this."
@@ -163,7 +169,7 @@ def suggest(
         check_format_recipe(config_format, parse_recipe(recipe))  # a recipe its framework lacks: say so now
     # Before the work: a path that cannot be written, or a file that is not ours to replace, fails at once.
     if output is not None:
-        guard_output(output, inputs=_input_files(target, profile), force=force)
+        guard_output(output, inputs=_input_files(target, profile, grouped_profile), force=force)
     committed = read_committed(check_file) if check_file is not None else None
 
     from fp8advisor.layers import inspect_model
@@ -171,7 +177,7 @@ def suggest(
 
     with err_console.status(f"inspecting {target} ..."):
         model_layers = inspect_model(target, batch=batch, seq=seq)
-    choice = select_profile(profile, device_name=gpu)
+    choice = select_profile(profile, grouped=grouped_profile, device_name=gpu)
     allowed = _recipes_the_format_holds(config_format)
     # --check regenerates exactly as the file's own command says: in-context results only when it names them
     automatic = measured is None and check_file is None
@@ -202,6 +208,7 @@ def suggest(
         tensor_parallel=tensor_parallel,
         measured=measured,
         expert_parallel=expert_parallel,
+        grouped_profile=grouped_profile,
     )
     if config_format is not None:  # on stderr, never in the file: a torchtitan config from other names
         for warning in format_warnings(advice, config_format):
@@ -346,10 +353,12 @@ def _marked(text: str, provenance: str | None) -> str:
     return text + MODELLED_MARK if _modelled(provenance) else text
 
 
-def _print_legend(provenances: Iterable[str | None]) -> None:
-    """The mark's legend, under a table whose figures (of these provenances) carry it."""
+def _print_legend(provenances: Iterable[str | None]) -> bool:
+    """The mark's legend, under a table whose figures (of these provenances) carry it; whether printed."""
     if any(_modelled(provenance) for provenance in provenances):
         console.print(Text(_LEGEND, style="dim"))
+        return True
+    return False
 
 
 def _print_brief(advice: Advice, what_the_file_does: str, fp8_off: bool) -> None:
@@ -465,9 +474,11 @@ def _print_report(advice: Advice, fp8_off: bool) -> None:
         speedup = _marked(_speedup(strategy.predicted_speedup), advice.figures_provenance(strategy.converted))
         summary.add_row(strategy.label, str(len(strategy.converted)), speedup, strategy.note)
     console.print(summary)
-    _print_legend(advice.figures_provenance(strategy.converted) for strategy in advice.strategies)
+    legend = _print_legend(advice.figures_provenance(strategy.converted) for strategy in advice.strategies)
     if grouped:
         console.print(_experts_share_line(advice), markup=False, highlight=False)
+        if not legend:  # its figures rest on the grouped roofline's bf16 time: marked modelled
+            console.print(Text(_LEGEND, style="dim"))
 
     if advice.recipe_options:
         options = Table(
@@ -518,7 +529,7 @@ def _print_experts(advice: Advice) -> None:
     table = Table(
         title="Routed experts: each group converts as one (balanced routing"
         + (f"; per GPU, --ep {ep}" if ep > 1 else "")
-        + (f"; range: imbalance up to {advice.expert_imbalance:g}" if ranged else "")
+        + (f"; range: {_imbalance_words(advice)}" if ranged else "")
         + ")",
         title_justify="left",
         box=box.SIMPLE_HEAD,
@@ -584,17 +595,32 @@ def _print_experts(advice: Advice) -> None:
         console.print(Text(_LEGEND + " (expert Linears)", style="dim"))
 
 
+def _imbalance_words(advice: Advice) -> str:
+    """--expert-imbalance as predicted: the busiest expert gets at most every row, so the prediction clamps
+    it to E (per group, E / P under --ep: `predict.predict_expert_group`); said when that happened."""
+    imbalance = advice.expert_imbalance
+    clamps = sorted(
+        {e.experts_per_gpu for e in advice.experts if e.speedup_range and imbalance > e.experts_per_gpu}
+    )
+    if not clamps:
+        return f"imbalance up to {imbalance:g}"
+    per_gpu = " per GPU" if advice.expert_parallel > 1 else ""
+    return f"imbalance up to {imbalance:g}, clamped to E{per_gpu} = {', '.join(map(str, clamps))}"
+
+
 def _experts_share_line(advice: Advice) -> str:
-    """The routed experts' share of the predicted bf16 GEMM time, and the speedups that count them."""
+    """The routed experts' share of the predicted bf16 GEMM time, and the speedups that count them, each
+    marked modelled: the grouped experts' bf16 time is always the grouped roofline's (`predict.GroupTimes`),
+    whatever the provenance of their speedups."""
     share = advice.experts_share or 0.0
     parts = []
     for strategy in advice.strategies:
         value = advice.gemm_speedup_with_experts(strategy) if strategy.predicted_speedup else None
         if value is not None:
-            parts.append(f"{strategy.label} {value:.2f}x")
+            parts.append(f"{strategy.label} {value:.2f}x{MODELLED_MARK}")
     return (
-        f"routed experts: {share:.0%} of the predicted bf16 GEMM time; counting them, GEMM-time speedup: "
-        + "; ".join(parts)
+        f"routed experts: {share:.0%}{MODELLED_MARK} of the predicted bf16 GEMM time; counting them, "
+        "GEMM-time speedup: " + "; ".join(parts)
     )
 
 

@@ -60,6 +60,13 @@ def verify_command(
     profile: str | None = typer.Option(
         None, "--profile", help="Profile name or path, as for suggest. Default: the config's header."
     ),
+    grouped_profile: str | None = typer.Option(
+        None,
+        "--grouped-profile",
+        show_default=False,
+        help="MoE experts' grouped GEMM profile, as for suggest. Default: the config's header, else found "
+        "as suggest finds it.",
+    ),
     min_speedup: float | None = typer.Option(
         None,
         "--min-speedup",
@@ -114,6 +121,7 @@ def verify_command(
         measured=measured,
         target=target,
         expert_parallel=expert_parallel,
+        grouped_profile=grouped_profile,
     )
     if disagreement is not None:
         err_console.print(Text("note: ", style="yellow") + Text(disagreement), soft_wrap=True)
@@ -130,6 +138,7 @@ def verify_command(
             tensor_parallel=settings.tensor_parallel,
             measured=settings.measured,
             expert_parallel=settings.expert_parallel,
+            grouped_profile=settings.grouped_profile,
         )
     if as_json:
         console.print_json(json.dumps(report.to_json()), indent=2, highlight=False)
@@ -213,6 +222,11 @@ def _print_report(report, settings) -> None:
             else ""
         )
         + (f", in-context results {settings.measured}" if settings is not None and settings.measured else "")
+        + (
+            f", grouped profile {settings.grouped_profile}"
+            if settings is not None and settings.grouped_profile
+            else ""
+        )
         + (
             f" ({', '.join(n.replace('_', ' ') for n in from_header)} from its header)" if from_header else ""
         ),
