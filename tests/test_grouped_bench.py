@@ -479,7 +479,12 @@ def test_a_grouped_only_profile_does_not_replace_the_linear_profile_but_answers_
     assert choice.primary.recipes and choice.primary.name != grouped_fit.profile.name
     assert isinstance(choice.grouped, GroupedProfile)
     assert choice.grouped.to_json() == grouped_fit.profile.grouped.to_json()
-    assert select_profile(user_dir / "grouped.json").grouped is not None
+    # as --profile it is refused (it has no Linear figures), with the way to use it; as --grouped-profile it
+    # answers for the experts
+    with pytest.raises(ProfileError, match="grouped-only profile") as refused:
+        select_profile(user_dir / "grouped.json")
+    assert "--grouped-profile" in refused.value.hint
+    assert select_profile(grouped=user_dir / "grouped.json").grouped is not None
 
 
 def test_suggest_predicts_experts_from_a_grouped_only_profile_selected_for_the_gpu(grouped_fit, user_dir):
