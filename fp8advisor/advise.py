@@ -33,6 +33,7 @@ from fp8advisor.filters import (
 )
 from fp8advisor.layers import (
     ExpertForm,
+    ExpertGemm,
     ExpertGroup,
     Folded,
     GemmLayer,
@@ -616,12 +617,31 @@ def local_experts(group: ExpertGroup, expert_parallel: int) -> ExpertGroup:
 
 
 def default_expert_predictor(profile_choice) -> ExpertPredictor:
-    """`fp8advisor.predict.predict_expert_group` for a profile, each distinct question answered once."""
+    """`fp8advisor.predict.predict_expert_group` for a profile, each distinct question answered once.
+
+    The answer depends on the group's shape alone (E, M_total, its GEMMs' K x N) and the imbalance: the 58 MoE
+    layers of DeepSeek-V3 ask one question, asked again at each token count the break-even search tries.
+    """
     from fp8advisor.predict import predict_expert_group
 
     @functools.cache
+    def by_shape(n_experts: int, M_total: int | None, gemms: tuple[tuple[int, int], ...], imbalance: float):
+        shape = ExpertGroup(
+            fqn="",
+            cls="",
+            form=ExpertForm.GROUPED,
+            n_experts=n_experts,
+            top_k=None,
+            top_k_source="",
+            tokens=0,
+            M_total=M_total,
+            gemms=tuple(ExpertGemm(f"gemm{i}", K, N, ()) for i, (K, N) in enumerate(gemms)),
+        )
+        return predict_expert_group(profile_choice, shape, imbalance)
+
     def predict(group: ExpertGroup, imbalance: float):
-        return predict_expert_group(profile_choice, group, imbalance)
+        gemms = tuple((gemm.K, gemm.N) for gemm in group.gemms)
+        return by_shape(group.n_experts, group.M_total, gemms, imbalance)
 
     return predict
 
