@@ -492,6 +492,20 @@ def float8_grouped_training_config() -> Any:
     return _require("torchao.prototype.moe_training.config", "Float8TrainingOpConfig")()
 
 
+def float8_training_weight_wrapper() -> type:
+    """`torchao.prototype.moe_training.tensor.Float8TrainingWeightWrapperTensor`: the tensor subclass
+    `quantize_(..., Float8TrainingOpConfig())` swaps expert weights to (its `torch._grouped_mm` calls run
+    float8). A prototype module, so it is reached through here (verify checks a conversion with it)."""
+    return _require("torchao.prototype.moe_training.tensor", "Float8TrainingWeightWrapperTensor")
+
+
+def quantize_grouped_experts(model: Any, filter_fn: Callable) -> None:
+    """torchao's own moe_training conversion, as a torchao file written by `suggest` calls it:
+    `quantize_(model, config=Float8TrainingOpConfig(), filter_fn=filter_fn)` (in place)."""
+    quantize = _require("torchao.quantization.quant_api", "quantize_")
+    quantize(model, config=float8_grouped_training_config(), filter_fn=filter_fn)
+
+
 def float8_scaling() -> types.SimpleNamespace:
     """torchao's float8 scale arithmetic, for the emulated grouped GEMM: `tensor_to_scale`, `amax_to_scale`
     and `to_fp8_saturated` (`torchao.float8.float8_utils`, a module torchao does not export) and the
@@ -529,10 +543,12 @@ __all__ = [
     "float8_grouped_training_config",
     "float8_linear",
     "float8_scaling",
+    "float8_training_weight_wrapper",
     "fp8_rowwise_grouped_mm",
     "grouped_mm",
     "float8_training_tensor",
     "installed_torchao_version",
+    "quantize_grouped_experts",
     "is_device_record",
     "op_schema",
     "parse_to",

@@ -864,12 +864,11 @@ def verify(
 def swapped_expert_modules(model: nn.Module) -> set[str]:
     """FQNs of the modules whose own parameters torchao's moe_training swapped to its float8 weight wrapper
     (`Float8TrainingWeightWrapperTensor`: its `torch._grouped_mm` calls run float8 grouped GEMMs)."""
-    from torchao.prototype.moe_training.tensor import Float8TrainingWeightWrapperTensor
-
+    wrapper = compat.float8_training_weight_wrapper()
     return {
         fqn
         for fqn, module in model.named_modules()
-        if any(isinstance(p, Float8TrainingWeightWrapperTensor) for p in module.parameters(recurse=False))
+        if any(isinstance(p, wrapper) for p in module.parameters(recurse=False))
     }
 
 
@@ -897,10 +896,7 @@ def convert_experts(model: nn.Module, config: FrameworkConfig, groups) -> set[st
         return set()
     if config.expert_filter is None:
         return {module for group in groups for module in expert_modules(group)}
-    from torchao.prototype.moe_training.config import Float8TrainingOpConfig
-    from torchao.quantization.quant_api import quantize_
-
-    quantize_(model, config=Float8TrainingOpConfig(), filter_fn=config.expert_filter)
+    compat.quantize_grouped_experts(model, config.expert_filter)
     return swapped_expert_modules(model)
 
 
