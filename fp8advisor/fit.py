@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -290,9 +291,14 @@ def _check_compatible(measurements: Sequence[Measurements], *, force: bool, allo
         )
 
 
-def _merge_points(points: Iterable[SpeedupPoint]) -> tuple[SpeedupPoint, ...]:
-    """One point per shape: the median of repeated measurements of a shape."""
-    by_shape: dict[tuple[int, int, int], list[SpeedupPoint]] = defaultdict(list)
+#: A measured point of either profile: a Linear (M, K, N) or a grouped (E, M_per_expert, K, N) one.
+PointT = TypeVar("PointT", SpeedupPoint, GroupedSpeedupPoint)
+
+
+def _merge_points(points: Iterable[PointT]) -> tuple[PointT, ...]:
+    """One point per shape (M, K, N, or E, M_per_expert, K, N for grouped points): the median of repeated
+    measurements of a shape, its times too where every repeat has them."""
+    by_shape: dict[tuple[int, ...], list[PointT]] = defaultdict(list)
     for point in points:
         by_shape[point.shape].append(point)
     merged = []
@@ -304,7 +310,7 @@ def _merge_points(points: Iterable[SpeedupPoint]) -> tuple[SpeedupPoint, ...]:
         bf16 = [p.bf16_time_s for p in group if p.bf16_time_s is not None]
         float8 = [p.float8_time_s for p in group if p.float8_time_s is not None]
         merged.append(
-            SpeedupPoint(
+            type(group[0])(
                 *shape,
                 statistics.median(p.speedup for p in group),
                 bf16_time_s=statistics.median(bf16) if len(bf16) == len(group) else None,
@@ -338,27 +344,6 @@ def leave_one_out(points: Sequence[SpeedupPoint], recipe: Recipe | str, specs: G
         sign_accuracy=sign_right / len(points),
         n=len(points),
     )
-
-
-def _merge_grouped(points: Iterable[GroupedSpeedupPoint]) -> tuple[GroupedSpeedupPoint, ...]:
-    """One point per (E, M_per_expert, K, N): the median of repeated measurements."""
-    by_shape: dict[tuple[int, int, int, int], list[GroupedSpeedupPoint]] = defaultdict(list)
-    for point in points:
-        by_shape[point.shape].append(point)
-    merged = []
-    for shape in sorted(by_shape):
-        group = by_shape[shape]
-        bf16 = [p.bf16_time_s for p in group if p.bf16_time_s is not None]
-        float8 = [p.float8_time_s for p in group if p.float8_time_s is not None]
-        merged.append(
-            GroupedSpeedupPoint(
-                *shape,
-                statistics.median(p.speedup for p in group),
-                bf16_time_s=statistics.median(bf16) if len(bf16) == len(group) else None,
-                float8_time_s=statistics.median(float8) if len(float8) == len(group) else None,
-            )
-        )
-    return tuple(merged)
 
 
 def grouped_leave_one_out(points: Sequence[GroupedSpeedupPoint]) -> FitError | None:
@@ -605,7 +590,7 @@ def fit_profile(
     for m in measurements:
         for recipe, points in m.speedups.items():
             by_recipe[recipe].extend(points)
-    grouped_points = _merge_grouped(point for m in measurements for point in m.grouped)
+    grouped_points = _merge_points(point for m in measurements for point in m.grouped)
     if not by_recipe and not grouped_points:
         raise ResultsError(
             "no shape was measured both in bf16 and in a float8 recipe",

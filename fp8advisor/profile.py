@@ -100,6 +100,22 @@ def _size(value: Any) -> int:
     return value
 
 
+def _with_times(data: dict[str, Any], bf16_time_s: float | None, float8_time_s: float | None) -> dict:
+    """A point's JSON `data` with its measured times, where it has them (speedup points of either kind)."""
+    if bf16_time_s is not None:
+        data["bf16_time_s"] = stable_float(bf16_time_s)
+    if float8_time_s is not None:
+        data["float8_time_s"] = stable_float(float8_time_s)
+    return data
+
+
+def _times_from(data: Mapping) -> dict[str, float | None]:
+    """The `bf16_time_s` / `float8_time_s` keyword arguments of a point read from JSON (None: not given)."""
+    return {
+        key: None if data.get(key) is None else float(data[key]) for key in ("bf16_time_s", "float8_time_s")
+    }
+
+
 @dataclass(frozen=True)
 class SpeedupPoint:
     """One measured shape: speedup = bf16 time / float8 time; the times when the source had them."""
@@ -117,11 +133,7 @@ class SpeedupPoint:
 
     def to_json(self) -> dict:
         data: dict[str, Any] = {"M": self.M, "K": self.K, "N": self.N, "speedup": stable_float(self.speedup)}
-        if self.bf16_time_s is not None:
-            data["bf16_time_s"] = stable_float(self.bf16_time_s)
-        if self.float8_time_s is not None:
-            data["float8_time_s"] = stable_float(self.float8_time_s)
-        return data
+        return _with_times(data, self.bf16_time_s, self.float8_time_s)
 
     @classmethod
     def from_json(cls, data: Mapping) -> SpeedupPoint:
@@ -130,8 +142,7 @@ class SpeedupPoint:
             K=_size(data["K"]),
             N=_size(data["N"]),
             speedup=float(data["speedup"]),
-            bf16_time_s=None if data.get("bf16_time_s") is None else float(data["bf16_time_s"]),
-            float8_time_s=None if data.get("float8_time_s") is None else float(data["float8_time_s"]),
+            **_times_from(data),
         )
 
 
@@ -214,11 +225,7 @@ class GroupedSpeedupPoint:
             "N": self.N,
             "speedup": stable_float(self.speedup),
         }
-        if self.bf16_time_s is not None:
-            data["bf16_time_s"] = stable_float(self.bf16_time_s)
-        if self.float8_time_s is not None:
-            data["float8_time_s"] = stable_float(self.float8_time_s)
-        return data
+        return _with_times(data, self.bf16_time_s, self.float8_time_s)
 
     @classmethod
     def from_json(cls, data: Mapping) -> GroupedSpeedupPoint:
@@ -228,8 +235,7 @@ class GroupedSpeedupPoint:
             K=_size(data["K"]),
             N=_size(data["N"]),
             speedup=float(data["speedup"]),
-            bf16_time_s=None if data.get("bf16_time_s") is None else float(data["bf16_time_s"]),
-            float8_time_s=None if data.get("float8_time_s") is None else float(data["float8_time_s"]),
+            **_times_from(data),
         )
 
 
