@@ -646,6 +646,24 @@ def default_expert_predictor(profile_choice) -> ExpertPredictor:
     return predict
 
 
+def _odd_gemms(group: ExpertGroup, tensor_parallel: int) -> list[str]:
+    """The GEMMs of `group` whose K or N is not a multiple of 16 (float8 GEMMs need them), as "w1 KxN"; for
+    ModuleList experts under tensor parallelism, also those whose 1/tp shard is not. Empty: convertible."""
+    odd = [
+        f"{gemm.name} {gemm.K}x{gemm.N}" for gemm in group.gemms if not dims_divisible_by_16(gemm.K, gemm.N)
+    ]
+    if group.form is ExpertForm.LINEAR_LIST and tensor_parallel > 1 and not odd:
+        odd = [
+            f"{gemm.name} {gemm.K}x{gemm.N} in 1/{tensor_parallel} shards"
+            for gemm in group.gemms
+            if not (
+                dims_divisible_by_16(gemm.K // tensor_parallel, gemm.N)
+                and dims_divisible_by_16(gemm.K, gemm.N // tensor_parallel)
+            )
+        ]
+    return odd
+
+
 def _router_reason(group: ExpertGroup) -> str:
     return f"MoE router: N = E = {group.n_experts}, never converted"
 
@@ -757,18 +775,7 @@ def _decide_group(
                 provenance=weakest_provenance({layer.provenance for layer in timed if layer.provenance}),
                 how=max((layer.how or "modelled" for layer in timed), key=lambda h: _HOW_RANK.get(h, 9)),
             )
-    odd = [
-        f"{gemm.name} {gemm.K}x{gemm.N}" for gemm in group.gemms if not dims_divisible_by_16(gemm.K, gemm.N)
-    ]
-    if not grouped and tensor_parallel > 1 and not odd:
-        odd = [
-            f"{gemm.name} {gemm.K}x{gemm.N} in 1/{tensor_parallel} shards"
-            for gemm in group.gemms
-            if not (
-                dims_divisible_by_16(gemm.K // tensor_parallel, gemm.N)
-                and dims_divisible_by_16(gemm.K, gemm.N // tensor_parallel)
-            )
-        ]
+    odd = _odd_gemms(group, tensor_parallel)
     kind = f"grouped {GROUPED_RECIPE.value}" if grouped else f"expert Linears, {recipe.value}"
     if not timing:
         why = "top_k unknown and the dispatch did not trace" if group.top_k is None else "no rows traced"
@@ -1133,8 +1140,8 @@ def advise(
     advised_groups = tuple(e.group for e in experts if e.convert)
     convertible_groups = tuple(
         e.group
-        for e in experts
-        if e.predicted_speedup is not None and not e.reason.startswith("K or N not divisible")
+        for e, group in zip(experts, model_layers.expert_groups, strict=True)
+        if e.predicted_speedup is not None and not _odd_gemms(group, tensor_parallel)
     )
     strategies = [
         Strategy(
