@@ -192,6 +192,12 @@ GRIDS: dict[str, Grid] = {
 }
 
 
+def check_sizes(option: str, values: Sequence[int]) -> None:
+    """Raise `AdvisorError` (exit 2) unless `values`, given for a grid axis option, are positive integers."""
+    if not values or any(int(value) <= 0 for value in values):
+        raise AdvisorError(f"{option} needs positive integers, got {list(values)}")
+
+
 def make_grid(
     name: str | None = None,
     *,
@@ -212,8 +218,8 @@ def make_grid(
         raise AdvisorError(f"unknown grid {name!r}", hint=f"use one of: {', '.join(GRIDS)}")
     base = GRIDS[name]
     for axis, values in (("M", M), ("K", K), ("N", N)):
-        if values is not None and (not values or any(int(value) <= 0 for value in values)):
-            raise AdvisorError(f"--{axis} needs positive integers, got {list(values)}")
+        if values is not None:
+            check_sizes(f"--{axis}", values)
     chosen_recipes = _ordered_recipes(recipes) if recipes else base.recipes
     if M is None and K is None and N is None:
         return dataclasses.replace(base, recipes=chosen_recipes)

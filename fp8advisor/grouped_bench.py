@@ -51,6 +51,7 @@ from fp8advisor.bench import (
     BenchSettings,
     Measurement,
     Workload,
+    check_sizes,
     compile_module,
     failure_reason,
     measurement_fields,
@@ -252,8 +253,7 @@ def make_grouped_grid(
     for option, values in given.items():
         if values is None:
             continue
-        if not values or any(int(value) <= 0 for value in values):
-            raise AdvisorError(f"--{option} needs positive integers, got {list(values)}")
+        check_sizes(f"--{option}", values)
         if option != "E" and any(int(value) % ALIGNMENT for value in values):
             raise AdvisorError(
                 f"--{option} must be multiples of {ALIGNMENT} with --grouped, got {list(values)}",
