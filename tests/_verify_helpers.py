@@ -1,4 +1,4 @@
-"""Shared by test_verify.py and test_verify_cli.py: a tiny model, a predictor needing no profile."""
+"""Shared by the verify and MoE-format tests: a tiny model, a predictor needing no profile, its advice."""
 
 from __future__ import annotations
 
@@ -53,6 +53,23 @@ def predictor(recipe, M, K, N):
     speedup = 2.0 if K * N >= 64 * 256 else 0.5
     prediction = Prediction(speedup, "modelled", "modelled", "test")
     return LayerTimes(1e-3, 1e-3 / speedup, prediction, "modelled", "modelled")
+
+
+def advise_with_predictor(model_layers, **options):
+    """`advise` as the verify tests run it: rowwise, decided by `predictor`, no GPU, no comparison with
+    torchao's auto filter; `options` as `advise` takes them (min_speedup, expert_parallel, ...)."""
+    from fp8advisor.advise import advise
+    from fp8advisor.verify import _TestProfile
+
+    return advise(
+        model_layers,
+        _TestProfile(),
+        "rowwise",
+        predictor=predictor,
+        device_capability=None,
+        compare_torchao_auto=False,
+        **options,
+    )
 
 
 def write_tiny_model(directory: Path) -> str:

@@ -17,7 +17,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _advice_helpers import StubChoice, StubPredictor  # noqa: E402
-from _verify_helpers import predictor  # noqa: E402
+from _verify_helpers import advise_with_predictor, predictor  # noqa: E402
 
 from fp8advisor import configs, verify  # noqa: E402
 from fp8advisor.advise import ExpertAdvice, advise  # noqa: E402
@@ -69,17 +69,7 @@ def experts(groups, convert, weights=("w1", "w2", "w3"), speedup=1.3) -> tuple[E
 def moe_advice():
     """The small MoE example advised with the verify tests' predictor: only `output` converts. Its own
     expert decisions are taken out: each test states the decisions it renders."""
-    from fp8advisor.verify import _TestProfile
-
-    layers = inspect_model(MOE, batch=1, seq=SEQ)
-    advice = advise(
-        layers,
-        _TestProfile(),
-        "rowwise",
-        predictor=predictor,
-        device_capability=None,
-        compare_torchao_auto=False,
-    )
+    advice = advise_with_predictor(inspect_model(MOE, batch=1, seq=SEQ))
     assert advice.convert_fqns == ("output",)
     assert len(advice.experts) == 2  # decided by the advice; replaced below
     return replace(advice, experts=())

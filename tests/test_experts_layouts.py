@@ -10,10 +10,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _verify_helpers import predictor  # noqa: E402
+from _verify_helpers import advise_with_predictor  # noqa: E402
 
 from fp8advisor import configs, verify  # noqa: E402
-from fp8advisor.advise import advise  # noqa: E402
 from fp8advisor.emit import Request, format_warnings, render  # noqa: E402
 from fp8advisor.layers import inspect_model  # noqa: E402
 
@@ -22,17 +21,8 @@ SEQ = 256
 
 
 def _advice(target: str, convert_experts: bool = True):
-    from fp8advisor.verify import _TestProfile
-
     layers = inspect_model(f"{FIXTURE}:{target}", batch=1, seq=SEQ)
-    advice = advise(
-        layers,
-        _TestProfile(),
-        "rowwise",
-        predictor=predictor,
-        device_capability=None,
-        compare_torchao_auto=False,
-    )
+    advice = advise_with_predictor(layers)
     experts = tuple(replace(group, convert=convert_experts) for group in advice.experts)
     return layers, replace(advice, experts=experts)
 

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _verify_helpers import ADVISED, predictor, torchtitan_toml, write_tiny_model  # noqa: E402
+from _verify_helpers import ADVISED, advise_with_predictor, predictor, torchtitan_toml, write_tiny_model  # noqa: E402
 
 from fp8advisor import verify as verify_module  # noqa: E402
 from fp8advisor.paths import MODELS_DIR  # noqa: E402
@@ -48,21 +48,12 @@ def toml(tmp_path: Path, entries: list[str], **kwargs) -> Path:
 @pytest.fixture(scope="module")
 def suggested(tiny, tmp_path_factory):
     """Write every format with fp8advisor's own emitter, for the same model, batch, seq and recipe."""
-    from fp8advisor.advise import advise
     from fp8advisor.emit import Request, render
     from fp8advisor.formats import ConfigFormat
     from fp8advisor.layers import inspect_model
-    from fp8advisor.verify import _TestProfile
 
     directory = tmp_path_factory.mktemp("configs")
-    advice = advise(
-        inspect_model(tiny, batch=1, seq=SEQ),
-        _TestProfile(),
-        "rowwise",
-        predictor=predictor,
-        device_capability=None,
-        compare_torchao_auto=False,
-    )
+    advice = advise_with_predictor(inspect_model(tiny, batch=1, seq=SEQ))
     assert advice.convert_fqns == ADVISED
     request = Request(target=tiny, batch=1, seq=SEQ, recipe="rowwise")
     files = {}
@@ -134,21 +125,11 @@ OFF_FILES = ["job.toml", "recipe.py", "nemo.yaml", "accel.py", "train.py", "filt
 def suggested_off(tiny, tmp_path_factory):
     """Every format written by suggest when nothing is worth converting (min speedup 3x: no layer reaches
     it)."""
-    from fp8advisor.advise import advise
     from fp8advisor.emit import Request, render
     from fp8advisor.formats import ConfigFormat
     from fp8advisor.layers import inspect_model
-    from fp8advisor.verify import _TestProfile
 
-    advice = advise(
-        inspect_model(tiny, batch=1, seq=SEQ),
-        _TestProfile(),
-        "rowwise",
-        3.0,
-        predictor=predictor,
-        device_capability=None,
-        compare_torchao_auto=False,
-    )
+    advice = advise_with_predictor(inspect_model(tiny, batch=1, seq=SEQ), min_speedup=3.0)
     assert advice.convert_fqns == ()
     request = Request(target=tiny, batch=1, seq=SEQ, recipe="rowwise", min_speedup=3.0)
     directory = tmp_path_factory.mktemp("off")

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _verify_helpers import predictor, torchtitan_toml, write_tiny_model  # noqa: E402
+from _verify_helpers import advise_with_predictor, predictor, torchtitan_toml, write_tiny_model  # noqa: E402
 
 from fp8advisor import verify as verify_module  # noqa: E402
 from fp8advisor.cli import app  # noqa: E402
@@ -155,20 +155,10 @@ def test_megatron_precision_config_is_refused_clearly(tiny, tmp_path):
 
 def _suggested(tiny: str, tmp_path: Path, seq: int, expert_parallel: int = 1) -> str:
     """A torchtitan TOML as suggest writes it for the tiny model at batch 1 x `seq`, with its header."""
-    from fp8advisor.advise import advise
     from fp8advisor.emit import Request, render
     from fp8advisor.layers import inspect_model
-    from fp8advisor.verify import _TestProfile
 
-    advice = advise(
-        inspect_model(tiny, batch=1, seq=seq),
-        _TestProfile(),
-        "rowwise",
-        predictor=predictor,
-        device_capability=None,
-        compare_torchao_auto=False,
-        expert_parallel=expert_parallel,
-    )
+    advice = advise_with_predictor(inspect_model(tiny, batch=1, seq=seq), expert_parallel=expert_parallel)
     request = Request(tiny, 1, seq, recipe="auto", profile="p.json", expert_parallel=expert_parallel)
     path = tmp_path / "suggested.toml"
     path.write_text(render(advice, "torchtitan-toml", request))
