@@ -324,6 +324,7 @@ class BlockSweepSummary:
     choices: list[dict] = field(default_factory=list)
     reused: int = 0  # variants saved by earlier runs, not measured again
     resumed_from: list[str] = field(default_factory=list)
+    passed_over: dict[str, str] = field(default_factory=dict)  # earlier run id -> why it is not reused
     unreadable: list[str] = field(default_factory=list)
     failed_units: dict[str, str] = field(default_factory=dict)  # pattern -> why
     stopped_by_budget: bool = False
@@ -384,16 +385,42 @@ def block_header(
     return header
 
 
-def earlier_block_runs(out_dir: Path, header: dict, problems: list[str]) -> list[results_store.Run]:
-    """Earlier in-context runs in `out_dir` of the same model fingerprint, device and software."""
-    fingerprint = header["model"]["fingerprint"]
-    return [
-        run
-        for run in results_store.runs_in(out_dir, problems=problems)
-        if run.header.get("context") == CONTEXT
-        and (run.header.get("model") or {}).get("fingerprint") == fingerprint
-        and results_store.same_setup(run.header, header)
-    ]
+@dataclass(frozen=True)
+class EarlierBlockRuns:
+    """The in-context runs already in a sweep's directory: those it continues, and the others with why not."""
+
+    continued: list[results_store.Run]
+    passed_over: dict[str, str]  # run id -> why none of its variants is reused
+
+
+def earlier_block_runs(out_dir: Path, header: dict, problems: list[str]) -> EarlierBlockRuns:
+    """The in-context runs in `out_dir`: a sweep with `header` continues those of the same model fingerprint
+    (model, batch and seq), device and software, and reuses nothing of the others. (Block names such as
+    `layers.{0..31}` are the same across model sizes: only the fingerprint tells the models apart.)"""
+    continued, passed_over = [], {}
+    for run in results_store.runs_in(out_dir, problems=problems):
+        if run.header.get("context") != CONTEXT:
+            continue  # a grid run (`bench`): another kind of file, with no block in it
+        why = _why_not_continued(run.header, header)
+        if why is None:
+            continued.append(run)
+        else:
+            passed_over[run.run_id] = why
+    return EarlierBlockRuns(continued, passed_over)
+
+
+def _why_not_continued(earlier: dict, header: dict) -> str | None:
+    """None when a sweep with `header` may reuse the variants of the earlier run with header `earlier`; else
+    why it may not."""
+    model, mine = earlier.get("model") or {}, header["model"]
+    if model.get("fingerprint") != mine["fingerprint"]:
+        described = f"{model.get('target')}, batch {model.get('batch')} x seq {model.get('seq')}"
+        if all(model.get(key) == mine[key] for key in ("target", "batch", "seq")):
+            return f"the layers of {described} have changed since"
+        return f"another model or token count: {described}"
+    if not results_store.same_setup(earlier, header):
+        return f"another device or software: {', '.join(results_store.setup_changes(earlier, header))}"
+    return None
 
 
 def run_block_sweep(
@@ -426,10 +453,11 @@ def run_block_sweep(
         header = block_header(discovery, recipes, settings, seeds_from)
         summary = BlockSweepSummary()
         earlier = earlier_block_runs(out_dir, header, summary.unreadable)
-        summary.resumed_from = [run.run_id for run in earlier]
+        summary.resumed_from = [run.run_id for run in earlier.continued]
+        summary.passed_over = earlier.passed_over
         header["resumes"] = summary.resumed_from
         sweep = _BlockSweep(
-            discovery, recipes, seeds, settings, header, summary, budget, earlier, on_progress
+            discovery, recipes, seeds, settings, header, summary, budget, earlier.continued, on_progress
         )
         try:
             sweep.run(out_dir)
@@ -609,6 +637,7 @@ __all__ = [
     "CONTEXT",
     "BlockSweepInterrupted",
     "BlockSweepSummary",
+    "EarlierBlockRuns",
     "UnitBench",
     "block_record",
     "block_timing",

@@ -336,6 +336,11 @@ class FilterEvaluator:
         bindings = self._module_names.get(name, [])
         if not bindings:
             raise _Refused(node, f"the name `{name}` (not an argument, a local or a constant of the file)")
+        # Before the bindings are counted: `SKIP[0] = ...` and `for SKIP[0] in ...` name SKIP as a target,
+        # but change it in place rather than bind it again.
+        changed = _changed_at(self._tree, name)
+        if changed is not None:
+            raise _Refused(changed, f"a change of the constant `{name}` (`{_snippet(changed)}`)")
         statement = bindings[-1]
         if len(bindings) > 1 or not isinstance(statement, (ast.Assign, ast.AnnAssign)):
             raise _Refused(
@@ -349,9 +354,6 @@ class FilterEvaluator:
                 hint="write the constant as a literal (a set, list or tuple of strings) so it can be read "
                 "alone, or pass --trust-config to run the filter",
             )
-        changed = _changed_at(self._tree, name)
-        if changed is not None:
-            raise _Refused(changed, f"a change of the constant `{name}` (`{_snippet(changed)}`)")
         self._constants[name] = value
 
     def _check_call(self, node: ast.Call, bound: frozenset[str]) -> None:

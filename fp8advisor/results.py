@@ -124,6 +124,22 @@ def same_setup(a: dict, b: dict) -> bool:
     return setup_key(a) == setup_key(b)
 
 
+def setup_changes(earlier: dict, header: dict) -> list[str]:
+    """How the setup (`setup_key`) of the run with header `earlier` differs from `header`'s, in words that
+    name the earlier run's side: "emulated", "on a GPU", "device NVIDIA H100 80GB HBM3", "torch 2.11.0"."""
+    was, now = earlier.get("device") or {}, header.get("device") or {}
+    changes = []
+    if bool(was.get("emulated")) != bool(now.get("emulated")):
+        changes.append("emulated" if was.get("emulated") else "on a GPU")
+    if was.get("name") != now.get("name"):
+        changes.append(f"device {was.get('name')}")
+    was_software, software = earlier.get("software") or {}, header.get("software") or {}
+    for name in sorted(set(was_software) | set(software)):
+        if name not in software or name not in was_software or was_software[name] != software[name]:
+            changes.append(f"{name} {was_software.get(name, 'not recorded')}")
+    return changes
+
+
 # --- reading
 # ---------------------------------------------------------------------------------------------------
 
@@ -670,6 +686,7 @@ __all__ = [
     "run_file_name",
     "runs_in",
     "same_setup",
+    "setup_changes",
     "setup_key",
     "suspect_reason",
     "unreadable_lines",

@@ -62,10 +62,10 @@ def tiny(tmp_path) -> str:
     return str(path)
 
 
-def sweep(target: str, out: Path, **options):
+def sweep(target: str, out: Path, seq: int = 16, **options):
     from fp8advisor.profile import select_profile
 
-    discovery = discover_blocks(load_model(target, "meta"), batch=1, seq=16)
+    discovery = discover_blocks(load_model(target, "meta"), batch=1, seq=seq)
     choice = select_profile("h100-roofline")
     seeds = seed_sets(discovery, ["tensorwise"], choice)
     settings = BenchSettings(emulate=True, breakdown=False)
@@ -74,12 +74,12 @@ def sweep(target: str, out: Path, **options):
     )
 
 
+def variant_keys(records) -> list[tuple]:
+    return [(record["block"], record["recipe"], tuple(record["float8"])) for record in records]
+
+
 def measured_keys(directory: Path) -> list[tuple]:
-    return [
-        (record["block"], record["recipe"], tuple(record["float8"]))
-        for run in runs_in(directory)
-        for record in run.blocks
-    ]
+    return [key for run in runs_in(directory) for key in variant_keys(run.blocks)]
 
 
 @pytest.fixture(scope="module")
@@ -198,6 +198,74 @@ def test_a_sweep_stopped_by_the_budget_resumes_where_it_stopped(tiny, tmp_path, 
     assert not resumed.stopped_by_budget and resumed.reused == len(stopped.records)
     assert sorted(measured_keys(out)) == expected  # the same variants, each measured once
     assert choices_of(out) == choices_of(whole)  # and the same choices
+
+
+# What changed since the first sweep into a directory; each returns the seq of the second sweep.
+
+
+def _another_seq(tiny: str, out: Path) -> int:
+    """Block names (`blocks.{0..1}`, `head`) are the same at another seq, as across Llama-3 sizes."""
+    return 32
+
+
+def _wider_blocks(tiny: str, out: Path) -> int:
+    """The same file and block names, other widths: the model was edited since its run."""
+    Path(tiny).write_text(TINY.replace("(32, 64", "(32, 128").replace("(64, 32", "(128, 32"))
+    return 16
+
+
+def _other_software(tiny: str, out: Path) -> int:
+    """The earlier run's header says it was measured with another torch."""
+    (path,) = out.glob("run-*.jsonl")
+    lines = path.read_text().splitlines()
+    header = json.loads(lines[0])
+    header["software"]["torch"] = "2.0.0"
+    path.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    return 16
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (_another_seq, "another model or token count: {tiny}, batch 1 x seq 16"),
+        (_wider_blocks, "the layers of {tiny}, batch 1 x seq 16 have changed since"),
+        (_other_software, "another device or software: torch 2.0.0"),
+    ],
+)
+def test_runs_of_another_model_or_setup_are_not_reused_and_the_summary_says_why(
+    tiny, tmp_path, synthetic, change, why
+):
+    out = tmp_path / "out"
+    _, first = sweep(tiny, out)
+    assert first.passed_over == {}
+    seq = change(tiny, out)
+    synthetic.clear()
+    _, second = sweep(tiny, out, seq=seq)
+    assert second.reused == 0 and second.resumed_from == []
+    assert second.passed_over == {first.run_id: why.format(tiny=tiny)}
+    # every variant measured again: the synthetic times depend on the variant alone, so the same variants
+    assert sorted(variant_keys(second.records)) == sorted(variant_keys(first.records))
+    assert len(synthetic) == len(first.records)
+    # and only this run's choices count for it
+    assert {choice["run_id"] for choice in second.choices} == {second.run_id}
+    (second_run,) = [run for run in runs_in(out) if run.run_id == second.run_id]
+    assert second_run.header["resumes"] == []
+
+
+def test_bench_model_says_which_earlier_run_it_did_not_reuse(tiny, tmp_path, synthetic):
+    out = tmp_path / "out"
+    _, first = sweep(tiny, out)
+    args = ["bench", "--model", tiny, *"--emulate --recipes tensorwise --seq 32 --out".split(), str(out)]
+    result = runner.invoke(app, args, env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert (
+        f"not reused: the earlier run {first.run_id} in {out} (another model or token count: {tiny}, "
+        "batch 1 x seq 16)"
+    ) in result.output
+    assert "reused from" not in result.output
+    _, second = sweep(tiny, out)  # the first model again: its run is continued, the seq-32 one passed over
+    assert second.reused == len(first.records) and second.resumed_from == [first.run_id]
+    assert list(second.passed_over.values()) == [f"another model or token count: {tiny}, batch 1 x seq 32"]
 
 
 def test_a_block_that_fails_is_recorded_and_the_sweep_goes_on(tiny, tmp_path, monkeypatch):

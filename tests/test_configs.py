@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import textwrap
 
@@ -523,6 +524,69 @@ def test_python_filter_is_evaluated_as_python_would_run_it(tmp_path, source, exp
     assert [run.decides(module, fqn) for module, fqn in PROBES] == expected
 
 
+def _chain(*parts: str) -> tuple[str, str]:
+    """A chained comparison from `operand, operator, operand, operator, operand...`, and the misreading that
+    compares the first operand with every later one (`a < b < c` as `a < b and a < c`)."""
+    operands, operators = parts[::2], parts[1::2]
+    misread = " and ".join(
+        f"{operands[0]} {op} {right}" for op, right in zip(operators, operands[1:], strict=True)
+    )
+    return " ".join(parts), misread
+
+
+def _chained_comparisons() -> list[tuple[str, str]]:
+    """Every combination of a few bounds and operators: `lo <= in_features <= hi` both ways round, three-link
+    chains through out_features, equality and inequality chains, strings and `in`. The bounds lie on both
+    sides of the probe widths, so that in many cases the first comparison holds and a later one decides."""
+    bounds = ("16", "32", "1024", "4096")
+    down = {"<": ">", "<=": ">="}
+    chains = []
+    for lo, hi in itertools.product(bounds, repeat=2):
+        for first, second in itertools.product(("<", "<="), repeat=2):
+            chains.append(_chain(lo, first, "module.in_features", second, hi))
+            chains.append(_chain(hi, down[first], "module.in_features", down[second], lo))
+            chains.append(_chain(lo, first, "module.in_features", second, "module.out_features", "<", hi))
+    for width in bounds:
+        chains.append(_chain("module.in_features", "==", "module.out_features", "==", width))
+        chains.append(_chain("module.in_features", "!=", width, "!=", "module.out_features"))
+        chains.append(
+            _chain("0", "<", f"module.in_features % {width}", "==", f"module.out_features % {width}")
+        )
+    chains.append(_chain("'layers'", "<=", "fqn", "<", "'layers.1'"))
+    chains.append(_chain("'attention'", "in", "fqn", "in", "NAMES"))
+    return chains
+
+
+#: What a chained comparison is checked on: widths below, between and above the bounds, under every name.
+CHAIN_PROBES = [
+    (linear(K, N), fqn)
+    for K, N in itertools.product((8, 16, 24, 32, 1024, 4096, 8192), repeat=2)
+    for fqn in ("layers.0.attention.wq", "layers.1.feed_forward.w1", "output")
+]
+
+
+def test_chained_comparisons_are_evaluated_as_python_evaluates_them(tmp_path):
+    """`a < b < c` is `a < b and b < c`, with b evaluated once: each chain, evaluated from the file, must
+    answer as Python's own run of the same function on every probe, including the many cases where the first
+    comparison holds and a later one decides (`16 <= module.in_features <= 32` on a 4096-wide layer)."""
+    path = tmp_path / "train.py"
+    misread_differs = 0
+    for chain, misread in _chained_comparisons():
+        source = (
+            "NAMES = ('layers.0.attention.wq', 'output')\n\n"
+            f"def module_filter_fn(module, fqn):\n    return {chain}\n"
+        )
+        path.write_text(torchao_file(source))
+        evaluated = read_config(path)
+        python: dict = {"nn": nn}
+        exec(source + f"\ndef misread(module, fqn):\n    return {misread}\n", python)
+        for module, fqn in CHAIN_PROBES:
+            expected = python["module_filter_fn"](module, fqn)
+            assert evaluated.decides(module, fqn) is expected, (chain, module, fqn)
+            misread_differs += python["misread"](module, fqn) is not expected
+    assert misread_differs > 1000  # cases where the later links decide are many, not one
+
+
 MARKER_FILTERS = [
     # the filter body
     """
@@ -560,6 +624,29 @@ def test_filter_code_never_runs_without_trust_config(tmp_path, source):
     assert not marker.exists()
 
 
+#: Module-level code that changes the constant `SKIP = ['a', 'b']` through an item or a slice, and that item.
+ITEM_CHANGES = [
+    ("SKIP[0] = 'output'", "SKIP[0]"),
+    ("del SKIP[0]", "SKIP[0]"),
+    ("del SKIP[1:]", "SKIP[1:]"),
+    ("for SKIP[0] in ['output']:\n    pass", "SKIP[0]"),
+    ("def _prepare():\n    SKIP[0] = 'output'\n\n_prepare()", "SKIP[0]"),
+    ("def _prepare():\n    SKIP[:] = ['output']\n\n_prepare()", "SKIP[:]"),
+    ("def _prepare():\n    SKIP[-1] += '.wq'\n\n_prepare()", "SKIP[-1]"),
+    ("def _prepare():\n    del SKIP[0]\n\n_prepare()", "SKIP[0]"),
+    ("def _prepare():\n    if True:\n        del SKIP[-1]\n\n_prepare()", "SKIP[-1]"),
+    ("class Setup:\n    SKIP[0] = 'output'", "SKIP[0]"),
+]
+
+
+@pytest.mark.parametrize("change", [change for change, _ in ITEM_CHANGES])
+def test_each_item_change_really_changes_the_constant_when_the_file_runs(change):
+    # Why these are refused: evaluated from its source, SKIP would be ['a', 'b']; the file runs with another.
+    namespace: dict = {}
+    exec(f"SKIP = ['a', 'b']\n{change}\n", namespace)
+    assert namespace["SKIP"] != ["a", "b"]
+
+
 def _filter(body: str, before: str = "") -> str:
     return f"{before}\ndef module_filter_fn(module, fqn):\n    {body}\n"
 
@@ -586,6 +673,14 @@ def _filter(body: str, before: str = "") -> str:
             "a change of the constant `SKIP`",
         ),
         (_filter("return fqn in SKIP", "SKIP = ['a']\nSKIP = ['b']"), "the name `SKIP`"),
+        # a constant changed through an item or a slice, at module level or in a helper run at import
+        *[
+            (
+                _filter("return fqn not in SKIP", f"SKIP = ['a', 'b']\n{change}"),
+                f"a change of the constant `SKIP` (`{item}`)",
+            )
+            for change, item in ITEM_CHANGES
+        ],
         (_filter("return helper(fqn)", "from mypackage import helper"), "the call `helper(fqn)`"),
     ],
 )

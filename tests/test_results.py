@@ -19,6 +19,8 @@ from fp8advisor.results import (
     read_run,
     resumable_runs,
     run_file_name,
+    same_setup,
+    setup_changes,
 )
 
 SOFTWARE = {"torch": "2.11.0", "torchao": "0.18.0", "triton": "3.6.0", "cuda": "13.0", "fp8advisor": "0.1.0"}
@@ -211,6 +213,30 @@ def test_resume_continues_only_runs_of_the_same_setup_and_grid(tmp_path, other, 
     found = resumable_runs(tmp_path, header("new", started="2026-11-22T12:00:00Z"))
     assert bool(found) is resumes
     assert done_keys(found) == ({(1024, 1024, 1024, "bf16")} if resumes else set())
+
+
+@pytest.mark.parametrize(
+    ("earlier", "changes"),
+    [
+        (header("old"), []),
+        (
+            header("old", software=dict(SOFTWARE, torch="2.12.0", triton="3.5.0")),
+            ["torch 2.12.0", "triton 3.5.0"],
+        ),
+        (header("old", device=dict(H100, name="NVIDIA H200")), ["device NVIDIA H200"]),
+        (header("old", device=dict(H100, emulated=True)), ["emulated"]),
+        ({**header("old"), "software": {**SOFTWARE, "python": "3.12.1"}}, ["python 3.12.1"]),  # one more name
+        (
+            {**header("old"), "software": {"torch": "2.11.0"}},
+            [f"{name} not recorded" for name in sorted(SOFTWARE) if name != "torch"],
+        ),
+    ],
+)
+def test_setup_changes_name_what_the_earlier_run_differs_in(earlier, changes):
+    now = header("new")
+    assert setup_changes(earlier, now) == changes
+    assert (changes == []) is same_setup(earlier, now)
+    assert setup_changes(now, dict(now, device=dict(H100, emulated=True))) == ["on a GPU"]
 
 
 def test_resume_passes_over_a_file_that_is_not_results_and_names_it(tmp_path):

@@ -105,6 +105,15 @@ def _ms(wall: dict | None) -> str:
     return "-" if not wall else f"{wall['median'] * 1e3:.4g}"
 
 
+def _passed_over(passed_over: dict[str, str], out: Path) -> str:
+    """One line for the in-context runs in `out` that this sweep reuses nothing of (the default directory
+    holds every model's runs: one line, not one per run)."""
+    (first, why), *more = passed_over.items()
+    if not more:
+        return f"the earlier run {first} in {out} ({why})"
+    return f"{len(more) + 1} earlier runs in {out}, e.g. {first} ({why})"
+
+
 def _print_summary(summary, discovery, recipes, out: Path, emulate: bool, time_budget) -> None:
     from fp8advisor.results import unreadable_lines
     from fp8advisor.search import Timing
@@ -112,6 +121,10 @@ def _print_summary(summary, discovery, recipes, out: Path, emulate: bool, time_b
     unreadable = unreadable_lines(summary.unreadable)
     if unreadable:
         console.print(Text("warning: ", style="yellow") + Text(unreadable), soft_wrap=True)
+    if summary.passed_over:
+        console.print(
+            Text("not reused: ", style="bold") + Text(_passed_over(summary.passed_over, out)), soft_wrap=True
+        )
     reused = f"; {summary.reused} reused from {', '.join(summary.resumed_from)}" if summary.reused else ""
     console.print(
         f"measured {len(summary.records)} variant(s) in {summary.elapsed_s:.0f} s: "
