@@ -82,6 +82,17 @@ def measured_keys(directory: Path) -> list[tuple]:
     return [key for run in runs_in(directory) for key in variant_keys(run.blocks)]
 
 
+def edit_line(out: Path, index: int, edit) -> Path:
+    """Change line `index` of the one run file in `out` in place (`edit` mutates the decoded JSON)."""
+    (path,) = out.glob("run-*.jsonl")
+    lines = path.read_text().splitlines()
+    decoded = json.loads(lines[index])
+    edit(decoded)
+    lines[index] = json.dumps(decoded)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
 @pytest.fixture(scope="module")
 def llama_sweep(tmp_path_factory):
     """The emulated pipeline on the shipped 2-block Llama, through the CLI, once for the tests below."""
@@ -216,11 +227,7 @@ def _wider_blocks(tiny: str, out: Path) -> int:
 
 def _other_software(tiny: str, out: Path) -> int:
     """The earlier run's header says it was measured with another torch."""
-    (path,) = out.glob("run-*.jsonl")
-    lines = path.read_text().splitlines()
-    header = json.loads(lines[0])
-    header["software"]["torch"] = "2.0.0"
-    path.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    edit_line(out, 0, lambda header: header["software"].update(torch="2.0.0"))
     return 16
 
 
@@ -350,12 +357,7 @@ def test_a_block_that_cannot_be_built_on_resume_records_no_variant_as_failed(
 def test_an_edited_block_line_is_named_and_left_out(tiny, tmp_path):
     out = tmp_path / "out"
     sweep(tiny, out)
-    (path,) = out.glob("run-*.jsonl")
-    lines = path.read_text().splitlines()
-    record = json.loads(lines[1])
-    record["wall_time_s"]["median"] = -1
-    lines[1] = json.dumps(record)
-    path.write_text("\n".join(lines) + "\n")
+    path = edit_line(out, 1, lambda record: record["wall_time_s"].update(median=-1))
     run = read_run(path)
     assert any(":2: wall_time_s is" in problem for problem in run.problems)
     _, again = sweep(tiny, out)
