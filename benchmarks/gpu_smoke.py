@@ -12,7 +12,8 @@ One log (`<out>/smoke.log`, also printed), in sections, then a verdict of one li
    `run_sweep` with 2 compile workers, results under `<out>/smoke-results`: per point, kernel and wall time,
    the compile record (seconds, inductor / AOTAutograd cache hits and misses) and the profiler checks;
 5. the profiler rows of the bf16 and the rowwise point: every row, with what torchao's filter keeps, what
-   it drops and what no row accounts for;
+   it drops and what no row accounts for; the session's whole trace as `<out>/trace-<recipe>-MxKxN.json.gz`
+   (Chrome/Kineto format, for the rows' causes and for `fp8advisor trace`);
 6. a grouped expert GEMM point (`bench --grouped`: E=8, 256 tokens per expert, K=2048, N=768, bf16
    `torch._grouped_mm` and torchao's float8 rowwise grouped GEMM) through `run_sweep`, results under
    `<out>/smoke-grouped`: both ok, SQNR of output and both gradients, kernel and wall time, the speedup.
@@ -22,13 +23,19 @@ Run from a checkout, with torchao's wheel carried (no internet needed):
     python3 -m pip install -q --no-index --no-deps --target /tmp/site torchao-0.18.0-*.whl
     PYTHONPATH=/tmp/site:. TORCHAO_FORCE_SKIP_LOADING_SO_FILES=1 python3 benchmarks/gpu_smoke.py --out $OUT
 
+`--rows-at M,K,N` runs only the machine section and section 5 at that shape, for bf16 and tensorwise: what
+a sweep point marked suspect ("the rows hold more device time than the kernels took") holds, row by row and
+in its trace (the first H200 sweep's two largest bf16 points, docs/benchmarks.md).
+
 Without a GPU with FP8 tensor cores it exits with status 2 and says so.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -205,16 +212,17 @@ def grouped(log: Log, out: Path) -> None:
         log.info(f"grouped speedup at {pair.shape}: {pair.speedup:.3f}x ({pair.basis})")
 
 
-def rows(log: Log) -> None:
-    """Profile one bf16 and one rowwise point as bench does, and show every row the profiler recorded."""
+def rows(log: Log, out: Path, shape: tuple[int, int, int], recipes: tuple[str, ...]) -> None:
+    """Profile a point of each recipe as bench does, show every row the profiler recorded and keep the
+    session's trace."""
     import torch
 
     from fp8advisor.bench import build_module, compile_module, make_inputs, prepare_module
     from fp8advisor.timers import padded_profile, row_role
 
-    M, K, N = SHAPE
+    M, K, N = shape
     x, grad_output = make_inputs(M, K, N, device="cuda", seed=0)
-    for recipe in ("bf16", "rowwise"):
+    for recipe in recipes:
         base = build_module(K, N, device="cuda", seed=0)
         step = _step(compile_module(prepare_module(base, recipe, emulate=False)), x, grad_output)
         for _ in range(3):
@@ -230,6 +238,8 @@ def rows(log: Log) -> None:
         for row in sorted(session.rows(), key=lambda row: -row.self_device_us):
             times = f"{row.self_cpu_us:>10.1f} {row.self_device_us:>10.1f} {row.count:>5}"
             log(f"  {row_role(row):<12} {times}  {row.key}")
+        trace = _save_trace(session.profile, out / f"trace-{recipe}-{M}x{K}x{N}.json")
+        log(f"--- {recipe}: trace {trace.name}")
         summary = session.summary(iterations=5)
         log(f"--- {recipe}: {summary}")
         log.check(summary.suspect is None, f"{recipe} rows: suspect {summary.suspect}")
@@ -239,6 +249,26 @@ def rows(log: Log) -> None:
             f"{recipe} rows: kernel {_us(summary.kernel_time_s)}, dropped (us/iteration) {dropped_us}, "
             f"unattributed {_us(summary.unattributed_s)}",
         )
+
+
+def _save_trace(profile, path: Path) -> Path:
+    """The profiler session's Chrome trace, gzipped (`path` + .gz)."""
+    profile.export_chrome_trace(str(path))
+    gzipped = path.with_name(path.name + ".gz")
+    with path.open("rb") as source, gzip.open(gzipped, "wb") as target:
+        shutil.copyfileobj(source, target)
+    path.unlink()
+    return gzipped
+
+
+def _shape(text: str) -> tuple[int, int, int]:
+    try:
+        shape = tuple(int(size) for size in text.split(","))
+    except ValueError:
+        shape = ()
+    if len(shape) != 3 or min(shape) < 16:
+        raise argparse.ArgumentTypeError(f"expected M,K,N (three sizes of at least 16), got {text!r}")
+    return shape
 
 
 def _step(module, x, grad_output) -> Callable[[], None]:
@@ -255,6 +285,9 @@ def _us(seconds) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="directory for smoke.log and smoke-results/")
+    parser.add_argument(
+        "--rows-at", type=_shape, metavar="M,K,N", help="only the profiler rows and traces at this shape"
+    )
     arguments = parser.parse_args()
     sys.path.insert(0, str(REPOSITORY))
     from fp8advisor.device import has_fp8_gpu
@@ -266,11 +299,15 @@ def main() -> int:
     log = Log(arguments.out / "smoke.log")
     started = time.perf_counter()
     log.section("machine", lambda: machine(log))
-    log.section("GPU kernel tests", lambda: kernel_tests(log))
-    log.section("profiler drift", lambda: drift(log))
-    log.section("sweep at 1024^3", lambda: sweep(log, arguments.out))
-    log.section("profiler rows", lambda: rows(log))
-    log.section("grouped expert GEMMs", lambda: grouped(log, arguments.out))
+    if arguments.rows_at:
+        shape, recipes = arguments.rows_at, ("bf16", "tensorwise")
+        log.section(f"profiler rows at {shape}", lambda: rows(log, arguments.out, shape, recipes))
+    else:
+        log.section("GPU kernel tests", lambda: kernel_tests(log))
+        log.section("profiler drift", lambda: drift(log))
+        log.section("sweep at 1024^3", lambda: sweep(log, arguments.out))
+        log.section("profiler rows", lambda: rows(log, arguments.out, SHAPE, ("bf16", "rowwise")))
+        log.section("grouped expert GEMMs", lambda: grouped(log, arguments.out))
     log(f"\n=== verdict ({time.perf_counter() - started:.0f} s) ===")
     for line in list(log.verdict):
         log(line)

@@ -7,6 +7,11 @@
         --name h100-published-rowwise-2025-06 --created 2026-11-22 --software torch=2.8.0a0 \
         --source "..." --method "..." -o data/profiles/h100-published-rowwise-2025-06.json
   (the options below are the exact values);
+- h200-measured-2026-11-26.json: `fp8advisor fit` of this project's first GPU sweep (the default grid on one
+  H200, data/results/h200-2026-11-26/sweep/, issue 32), exactly as
+      fp8advisor fit data/results/h200-2026-11-26/sweep --name h200-measured-2026-11-26 --created 2026-11-26 \
+        --source "<MEASURED_H200['source'] in the script>" -o data/profiles/h200-measured-2026-11-26.json
+  (device, software and method come from the results' own headers);
 - <gpu>-roofline.json: torchao's roofline model for every recipe, per GPU family (provenance "modelled").
 
 `--check` exits 1 when a file on disk differs from what would be written (for CI).
@@ -37,6 +42,13 @@ PUBLISHED = {
     "torch.compile, torchao benchmarks/float8/float8_roofline.py --enable_fusion_modeling; "
     "speedup = bf16 time / float8 time",
 }
+MEASURED_H200 = {
+    "results": DATA_DIR / "results" / "h200-2026-11-26" / "sweep",
+    "name": "h200-measured-2026-11-26",
+    "created": "2026-11-26",
+    "source": "fp8advisor bench --grid default on one NVIDIA H200 (141 GB, driver 580.159.04), 2026-11-26, "
+    "this project's first GPU sweep (issue 32): the run files in data/results/h200-2026-11-26/sweep/",
+}
 ROOFLINE_FAMILIES = ("H100", "H200", "B200")
 
 
@@ -44,6 +56,13 @@ def shipped_profiles() -> dict[str, str]:
     """File name -> JSON text of every shipped profile."""
     published = fit_profile([PUBLISHED_TABLE], created=CREATED, **PUBLISHED).profile
     texts = {f"{published.name}.json": dumps_profile(published)}
+    measured = fit_profile(
+        [MEASURED_H200["results"]],
+        name=MEASURED_H200["name"],
+        created=MEASURED_H200["created"],
+        source=MEASURED_H200["source"],
+    ).profile
+    texts[f"{measured.name}.json"] = dumps_profile(measured)
     for family in ROOFLINE_FAMILIES:
         profile = roofline_profile(family, created=CREATED)
         texts[f"{profile.name}.json"] = dumps_profile(profile)

@@ -25,7 +25,13 @@ from fp8advisor.profile import (
     user_profile_dir,
 )
 
-SHIPPED = ("h100-published-rowwise-2025-06", "h100-roofline", "h200-roofline", "b200-roofline")
+SHIPPED = (
+    "h100-published-rowwise-2025-06",
+    "h200-measured-2026-11-26",
+    "h100-roofline",
+    "h200-roofline",
+    "b200-roofline",
+)
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -190,7 +196,8 @@ SELECTION = [
     ([], None, "h100-published-rowwise-2025-06", "h100-roofline", "no GPU found"),
     # the shipped profile of this GPU type
     ([], "NVIDIA H100 80GB HBM3", "h100-published-rowwise-2025-06", "h100-roofline", "shipped profile for"),
-    ([], "NVIDIA H200", "h200-roofline", None, "shipped profile for"),
+    # measured (the project's own H200 sweep) before modelled; the roofline answers for other recipes
+    ([], "NVIDIA H200", "h200-measured-2026-11-26", "h200-roofline", "shipped profile for"),
     ([], "NVIDIA B200", "b200-roofline", None, "shipped profile for"),
     # a GPU type with no shipped profile: the H100 one
     (
@@ -230,8 +237,8 @@ SELECTION = [
     (
         [("mine", "H100", "measured", "2026-11-01")],
         "NVIDIA H200",
+        "h200-measured-2026-11-26",
         "h200-roofline",
-        None,
         "shipped profile for",
     ),
     # emulated profiles are never selected
