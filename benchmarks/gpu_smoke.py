@@ -33,9 +33,7 @@ Without a GPU with FP8 tensor cores it exits with status 2 and says so.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -218,7 +216,7 @@ def rows(log: Log, out: Path, shape: tuple[int, int, int], recipes: tuple[str, .
     import torch
 
     from fp8advisor.bench import build_module, compile_module, make_inputs, prepare_module
-    from fp8advisor.timers import padded_profile, row_role
+    from fp8advisor.timers import padded_profile, row_role, save_trace
 
     M, K, N = shape
     x, grad_output = make_inputs(M, K, N, device="cuda", seed=0)
@@ -238,7 +236,7 @@ def rows(log: Log, out: Path, shape: tuple[int, int, int], recipes: tuple[str, .
         for row in sorted(session.rows(), key=lambda row: -row.self_device_us):
             times = f"{row.self_cpu_us:>10.1f} {row.self_device_us:>10.1f} {row.count:>5}"
             log(f"  {row_role(row):<12} {times}  {row.key}")
-        trace = _save_trace(session.profile, out / f"trace-{recipe}-{M}x{K}x{N}.json")
+        trace = save_trace(session.profile, out / f"trace-{recipe}-{M}x{K}x{N}.json")
         log(f"--- {recipe}: trace {trace.name}")
         summary = session.summary(iterations=5)
         log(f"--- {recipe}: {summary}")
@@ -249,16 +247,6 @@ def rows(log: Log, out: Path, shape: tuple[int, int, int], recipes: tuple[str, .
             f"{recipe} rows: kernel {_us(summary.kernel_time_s)}, dropped (us/iteration) {dropped_us}, "
             f"unattributed {_us(summary.unattributed_s)}",
         )
-
-
-def _save_trace(profile, path: Path) -> Path:
-    """The profiler session's Chrome trace, gzipped (`path` + .gz)."""
-    profile.export_chrome_trace(str(path))
-    gzipped = path.with_name(path.name + ".gz")
-    with path.open("rb") as source, gzip.open(gzipped, "wb") as target:
-        shutil.copyfileobj(source, target)
-    path.unlink()
-    return gzipped
 
 
 def _shape(text: str) -> tuple[int, int, int]:

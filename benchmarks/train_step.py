@@ -2,7 +2,8 @@
 
 Usage (on a GPU with FP8 tensor cores, sm_89+; the default run is sized for one 80 GB H100):
 
-    python benchmarks/train_step.py [--layers 16] [--recipes rowwise] [--out results/train-step.json]
+    python benchmarks/train_step.py [--layers 16] [--recipes rowwise] [--out results/train-step.json] \
+        [--trace-dir results/traces]
     python benchmarks/train_step.py --emulate --tiny --no-compile   # the whole flow on a CPU, in seconds
 
 What one run measures, per token count (batch 1 x seq 8192 and batch 1 x seq 2048) and per recipe:
@@ -22,8 +23,11 @@ step is
 forward, backward and optimizer step on random tokens. After `--warmup` steps (compilation happens there) it
 times `--steps` steps, each between two CUDA events (`time.perf_counter` on the CPU), and records the median,
 20th and 80th percentile, tokens/s, peak GPU memory and the losses (a float8 run must stay finite and close to
-bf16). Between variants everything is freed (`del`, `gc.collect`, `torch.cuda.empty_cache`,
-`torch._dynamo.reset`).
+bf16). With `--trace-dir DIR` it then runs two more steps under `torch.profiler` (CPU and CUDA activities,
+input shapes recorded; the first step warms the profiler up, the second is recorded as `ProfilerStep#1`) and
+keeps that step's trace as `DIR/step-<tokens>-<variant>[-<recipe>].json.gz`, the Chrome/Kineto format that
+torchtitan's profiling writes; those steps are not timed and their losses are not recorded. Between
+variants everything is freed (`del`, `gc.collect`, `torch.cuda.empty_cache`, `torch._dynamo.reset`).
 
 Next to each measured step it puts what fp8advisor predicted: the Linear-time speedup of each strategy
 (`Advice.strategy(name).predicted_speedup`: the advice, every convertible layer, torchao's auto filter),
@@ -125,6 +129,7 @@ class Settings:
     profile: str | None = None
     min_speedup: float | None = None  # None: fp8advisor's default
     out: Path = DEFAULT_OUT
+    trace_dir: Path | None = None  # where each variant's profiled step goes; None: no trace
 
     @property
     def device(self) -> str:
@@ -150,6 +155,7 @@ class Settings:
     def to_json(self) -> dict:
         data = dataclasses.asdict(self)
         data.update(variants=[v.value for v in self.variants], out=str(self.out), target=self.target)
+        data.update(trace_dir=None if self.trace_dir is None else str(self.trace_dir))
         return data
 
 
@@ -217,6 +223,9 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         "--min-speedup", type=float, default=None, help="the advice's threshold (default 1.01)"
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT})")
+    parser.add_argument(
+        "--trace-dir", type=Path, default=None, help="keep a profiler trace of one step of each variant here"
+    )
     args = parser.parse_args(argv)
     if args.warmup < 0 or args.steps < 1 or args.batch < 1:
         parser.error("--warmup must be >= 0, --steps and --batch >= 1")
@@ -243,6 +252,7 @@ def parse_args(argv: Sequence[str] | None) -> Settings:
         profile=args.profile,
         min_speedup=args.min_speedup,
         out=args.out,
+        trace_dir=args.trace_dir,
     )
 
 
@@ -417,6 +427,34 @@ def time_steps(step: Callable, warmup: int, steps: int, device: str) -> tuple[li
     return times, warmup_s
 
 
+def trace_step(step: Callable, device: str, path: Path) -> Path:
+    """Two more steps under torch.profiler: the first warms it up (CUPTI drops records at the start of a
+    session, fp8advisor.timers), the second is kept, as `ProfilerStep#1`, in a gzipped trace at `path`.gz."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    from fp8advisor.timers import save_trace
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    saved: list[Path] = []
+    with profile(
+        activities=activities,
+        record_shapes=True,
+        schedule=schedule(wait=0, warmup=1, active=1, repeat=1),
+        on_trace_ready=lambda session: saved.append(save_trace(session, path)),
+    ) as session:
+        for _ in range(2):
+            step()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            session.step()
+    return saved[0]
+
+
+def trace_name(seq: int, batch: int, variant: Variant, recipe: str | None) -> str:
+    return f"step-{seq * batch}-{variant.value}{'-' + recipe if recipe else ''}.json"
+
+
 def _quantiles(times: Sequence[float]) -> dict:
     """Median and 20th/80th percentiles, as `fp8advisor bench` reports its wall times."""
     from fp8advisor.timers import quantiles_s
@@ -478,6 +516,10 @@ def run_variant(settings: Settings, seq: int, recipe: str | None, variant: Varia
             # per variant: one graph per kind of block plus the head when blocks share their graph
             compiled_graphs=None if graphs_before is None else (_compiled_graphs() or 0) - graphs_before,
         )
+        if settings.trace_dir is not None:
+            settings.trace_dir.mkdir(parents=True, exist_ok=True)
+            path = settings.trace_dir / trace_name(seq, settings.batch, variant, recipe)
+            record["trace"] = trace_step(step, device, path).name
     except torch.OutOfMemoryError as error:
         record.update(status="out of memory", error=_first_line(error))
     except Exception as error:  # one broken variant (a compile error...) must not lose the others' figures

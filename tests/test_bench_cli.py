@@ -245,17 +245,3 @@ def test_the_gpu_smoke_test_refuses_a_rows_shape_that_is_not_three_sizes(text, t
     completed = subprocess.run([*command, "--rows-at", text], capture_output=True, text=True, timeout=120)
     assert completed.returncode == 2 and "expected M,K,N" in completed.stderr and text in completed.stderr
     assert _gpu_smoke_module()._shape("8192,32768,1024") == (8192, 32768, 1024)
-
-
-def test_the_gpu_smoke_test_keeps_the_profiler_session_as_a_gzipped_chrome_trace(tmp_path):
-    import gzip
-
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as session:
-        torch.mm(torch.ones(8, 8), torch.ones(8, 8))
-    saved = _gpu_smoke_module()._save_trace(session, tmp_path / "trace-bf16-8x8x8.json")
-    assert saved == tmp_path / "trace-bf16-8x8x8.json.gz" and list(tmp_path.iterdir()) == [saved]
-    events = json.loads(gzip.decompress(saved.read_bytes()))["traceEvents"]
-    assert any(event.get("name") == "aten::mm" for event in events)

@@ -49,6 +49,7 @@ def emulated_run(train_step, tmp_path_factory):
     out = tmp_path_factory.mktemp("train-step") / "train-step.json"
     argv = ["--emulate", "--tiny", "--no-compile", "--warmup", "1", "--steps", "2"]
     argv += ["--min-speedup", f"{threshold:.6f}", "--out", str(out)]
+    argv += ["--trace-dir", str(out.parent / "traces")]
     assert train_step.main(argv) == 0
     return json.loads(out.read_text()), threshold
 
@@ -81,6 +82,23 @@ def test_every_variant_runs_at_both_token_counts(train_step, emulated_run):
         assert record["recipe"] == (None if record["variant"] == "bf16" else "rowwise")
         # 1 warm-up + 2 timed steps, all finite
         assert len(record["losses"]) == 3 and all(math.isfinite(loss) for loss in record["losses"])
+
+
+def test_each_variant_keeps_one_profiled_step_as_a_trace_with_its_shapes(emulated_run):
+    import gzip
+
+    report, _ = emulated_run
+    traces = Path(report["settings"]["trace_dir"])
+    names = [record["trace"] for record in report["results"]]
+    assert sorted(names) == sorted(path.name for path in traces.iterdir()) and len(set(names)) == 8
+    assert "step-64-float8_advice-rowwise.json.gz" in names and "step-32-bf16.json.gz" in names
+    for name in names:
+        events = json.loads(gzip.decompress((traces / name).read_bytes()))["traceEvents"]
+        steps = [event for event in events if event.get("name", "").startswith("ProfilerStep#")]
+        assert [event["name"] for event in steps] == ["ProfilerStep#1"], name  # the warm-up step is not kept
+        start, end = steps[0]["ts"], steps[0]["ts"] + steps[0]["dur"]
+        ops = [event for event in events if event.get("cat") == "cpu_op" and start <= event["ts"] <= end]
+        assert any(event["name"] == "aten::mm" and event["args"].get("Input Dims") for event in ops), name
 
 
 def test_same_seed_and_data_give_the_same_first_loss(emulated_run):
