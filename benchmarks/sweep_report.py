@@ -13,8 +13,9 @@ From the run files alone (no GPU), per recipe:
    an upper bound) as a share of the bf16 kernel time;
 3. repeatability: every point measured more than once (a resume re-measuring a suspect point, or `--repeat`
    runs of another command, such as the smoke test's 1024^3 points), kernel and wall time side by side;
-4. the cost of the sweep: per run, points, the timing process's compile seconds and cold compiles, and the
-   points' own durations; points left out as suspect, with why.
+4. the cost of the sweep: per run, points, the timing process's compile seconds and cold compiles, the
+   workers' cold compile seconds (`precompile_s`, where recorded) and the points' own durations; points
+   left out as suspect, with why.
 """
 
 from __future__ import annotations
@@ -140,6 +141,7 @@ def cost(runs) -> list[dict]:
     for run in runs:
         compiles = [point.get("compile") or {} for point in run.points]
         durations = [point.get("duration_s") or 0.0 for point in run.points]
+        workers = [point["precompile_s"] for point in run.points if point.get("precompile_s") is not None]
         out.append(
             {
                 "run": run.run_id,
@@ -148,6 +150,9 @@ def cost(runs) -> list[dict]:
                 "points_seconds": sum(durations),
                 "longest_point_s": max(durations, default=0.0),
                 "compile_seconds": sum(record.get("seconds") or 0.0 for record in compiles),
+                # the workers' cold compiles (and one run each); runs before 2026-11-26 did not record them
+                "worker_compile_seconds": sum(workers) if workers else None,
+                "worker_compile_longest_s": max(workers, default=None),
                 "cold_compiles": sum(bool(record.get("cold")) for record in compiles),
                 "precompiled": sum(point.get("precompiled") == "ok" for point in run.points),
                 "suspect": [
@@ -221,6 +226,11 @@ def print_report(data: dict) -> None:
             f"timing-process compiles {row['compile_seconds']:.0f} s, {row['cold_compiles']} cold, "
             f"{row['precompiled']} pre-compiled"
         )
+        if row["worker_compile_seconds"] is not None:
+            print(
+                f"      workers' cold compiles {row['worker_compile_seconds']:.0f} s in all, "
+                f"the longest {row['worker_compile_longest_s']:.1f} s"
+            )
         for suspect in row["suspect"]:
             print(f"      suspect: {suspect}")
 

@@ -293,11 +293,13 @@ def point_record(
     failure: str | None = None,
     duration_s: float | None = None,
     precompiled: str | None = None,
+    precompile_s: float | None = None,
 ) -> dict:
     """The results line of a point (fp8advisor.results/1): ok with a measurement, or failed with a reason.
 
     `duration_s`: seconds the timing process spent on the point; `precompiled`: the pre-compile worker's
-    outcome ("ok" or why not; None when no worker ran)."""
+    outcome ("ok" or why not; None when no worker ran); `precompile_s`: the seconds the worker took (its
+    cold compile and one run; None when no worker answered)."""
     m = measurement
     return {
         "kind": "point",
@@ -311,6 +313,7 @@ def point_record(
         "cast_overhead_s": m.cast_overhead_s if m else None,
         "breakdown_error": m.breakdown_error if m else None,
         "precompiled": precompiled,
+        "precompile_s": precompile_s,
         "duration_s": duration_s,
         "measured_at": results_store.utc_now(),
         "emulated": emulated,
@@ -789,6 +792,7 @@ class _Sweep:
         self.budget, self.estimator, self.progress, self.on_point = budget, estimator, progress, on_point
         self.precompiler = None
         self.precompiled: dict[results_store.PointKey, str] = {}  # point key -> "ok" or why not
+        self.precompile_s: dict[results_store.PointKey, float | None] = {}  # the worker's seconds
         self.compiled = self.measured = self.total = 0
 
     def run(self, pending: list[BenchPoint]) -> None:
@@ -819,9 +823,10 @@ class _Sweep:
                 return
 
     def _precompile(self, batch: list[BenchPoint], deadline: float | None) -> None:
-        def compiled(point: BenchPoint, reason: str | None) -> None:
+        def compiled(point: BenchPoint, reason: str | None, seconds: float | None) -> None:
             self.compiled += 1
             self.precompiled[point.key] = "ok" if reason is None else reason
+            self.precompile_s[point.key] = seconds
             if reason is not None:
                 self.summary.not_precompiled[point.key] = reason
             # A failed warm-up is measured (and recorded) later; show it: a cold compile costs time.
@@ -867,6 +872,7 @@ class _Sweep:
             failure=failure,
             duration_s=duration,
             precompiled=precompiled,
+            precompile_s=self.precompile_s.get(point.key),
         )
         self.writer.append(record)
         self.summary.records.append(record)

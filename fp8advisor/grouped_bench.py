@@ -537,6 +537,7 @@ def grouped_point_record(
     failure: str | None = None,
     duration_s: float | None = None,
     precompiled: str | None = None,
+    precompile_s: float | None = None,
 ) -> dict:
     """The results line of a grouped point (`"grouped": true`), ok with a measurement or failed with a
     reason; the other fields as a Linear point's (`bench.point_record`)."""
@@ -551,6 +552,7 @@ def grouped_point_record(
         "recipe": point.recipe,
         **measurement_fields(measurement, failure),
         "precompiled": precompiled,
+        "precompile_s": precompile_s,
         "duration_s": duration_s,
         "measured_at": results_store.utc_now(),
         "emulated": emulated,

@@ -31,8 +31,10 @@ STARTUP_TIMEOUT_S = 120.0
 #: Seconds `close` waits for idle workers to exit before it kills them.
 CLOSE_WAIT_S = 5.0
 
-#: on_done(point, reason): reason None when the point was compiled and run, else why not.
-DoneCallback = Callable[[object, str | None], None]
+#: on_done(point, reason, seconds): reason None when the point was compiled and run, else why not; seconds
+#: from its dispatch to the worker until the worker answered (its cold compile and one run), None when the
+#: worker did not answer (killed, died, or never given the point).
+DoneCallback = Callable[[object, str | None, float | None], None]
 
 
 def estimated_peak_bytes(point) -> int:
@@ -143,7 +145,8 @@ class Precompiler:
 
     def run(self, points: Sequence, on_done: DoneCallback, *, deadline: float | None = None) -> None:
         """Compile `points`, largest first; `on_done` is called once per point, with None or the reason it
-        was not compiled (failed, timed out, worker died, deadline). Returns when every point is reported."""
+        was not compiled (failed, timed out, worker died, deadline), and the seconds the worker took.
+        Returns when every point is reported."""
         from multiprocessing.connection import wait
 
         queue = submission_order(points)
@@ -200,7 +203,8 @@ class Precompiler:
             code = worker.process.exitcode
             self._stop(worker)
             if point is not None:
-                on_done(point, f"the compile worker died (exit code {code}): compiles in the timing process")
+                reason = f"the compile worker died (exit code {code}): compiles in the timing process"
+                on_done(point, reason, None)
             if not ready:
                 self._failed_starts += 1
             return
@@ -209,7 +213,7 @@ class Precompiler:
             self._failed_starts = 0
         else:
             point, worker.point, worker.need = worker.point, None, 0.0
-            on_done(point, reason)
+            on_done(point, reason, self._clock() - worker.started)
 
     def _kill_overdue(self, on_done: DoneCallback) -> None:
         now = self._clock()
@@ -220,16 +224,17 @@ class Precompiler:
             elif worker.point is not None and now - worker.started >= self._timeout_s:
                 point = worker.point
                 self._stop(worker)
-                on_done(point, f"timed out after {self._timeout_s:.0f} s: compiles in the timing process")
+                reason = f"timed out after {self._timeout_s:.0f} s: compiles in the timing process"
+                on_done(point, reason, None)
 
     def _abandon(self, queue: list, on_done: DoneCallback, reason: str) -> None:
         for worker in list(self._workers):
             if worker.point is not None:
                 point = worker.point
                 self._stop(worker)
-                on_done(point, reason)
+                on_done(point, reason, None)
         for point in queue:
-            on_done(point, reason)
+            on_done(point, reason, None)
         queue.clear()
 
     def close(self) -> None:

@@ -43,6 +43,7 @@ POINT_KEYS = {
     "compile",
     "profiler",
     "precompiled",
+    "precompile_s",
     "duration_s",
     "measured_at",
     "emulated",
@@ -92,7 +93,8 @@ def test_emulated_sweep_writes_one_run_file_with_header_and_points(emulated_swee
         wall = point["wall_time_s"]
         assert 0 < wall["p20"] <= wall["median"] <= wall["p80"] and wall["iterations"] == 5
         assert point["compile"]["seconds"] > 0 and point["duration_s"] >= point["compile"]["seconds"]
-        assert point["profiler"] is None and point["precompiled"] is None  # no profiler, no workers
+        assert point["profiler"] is None  # no profiler
+        assert point["precompiled"] is None and point["precompile_s"] is None  # no workers
     bf16, float8 = points
     assert bf16["sqnr_db"] is None
     # e4m3 keeps about 3 bits of mantissa: tens of dB on the output, less on the gradient (e5m2 in

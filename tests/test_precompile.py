@@ -17,6 +17,15 @@ from fp8advisor.precompile import Precompiler, estimated_peak_bytes, submission_
 SETTINGS = BenchSettings(emulate=True)
 
 
+def reasons_by_K(outcomes: dict):
+    """An on_done that keeps the first reason reported for each point, by its K."""
+
+    def done(point, reason, seconds):
+        outcomes.setdefault(point.K, reason)
+
+    return done
+
+
 def test_largest_configurations_are_submitted_first():
     points = [BenchPoint(1024, 1024, 1024, "bf16"), BenchPoint(32768, 32768, 32768, "bf16")]
     points.append(BenchPoint(1024, 1024, 1024, "rowwise"))  # float8 copies: more memory than its bf16
@@ -32,12 +41,19 @@ def test_memory_estimate_grows_with_the_shape_and_float8_copies():
 @pytest.mark.slow
 def test_a_hung_worker_is_killed_and_a_dead_one_noticed_and_the_rest_compile():
     points = [BenchPoint(64, K, 32, "bf16") for K in (32, 48, 16, 80, 96)]
-    outcomes = {}
+    outcomes, seconds = {}, {}
+
+    def done(point, reason, worker_seconds):
+        outcomes[point.K], seconds[point.K] = reason, worker_seconds
+
     started = time.monotonic()
     with Precompiler(2, SETTINGS, timeout_s=4.0, task=misbehaving_compile) as pool:
-        pool.run(points, lambda point, reason: outcomes.setdefault(point.K, reason))
+        pool.run(points, done)
         processes = [worker.process for worker in pool._workers]
-    assert time.monotonic() - started < 60  # not the hour the hung worker would sleep
+    elapsed = time.monotonic() - started
+    assert elapsed < 60  # not the hour the hung worker would sleep
+    # a worker that answered says how long it took (failed too); a killed or dead one cannot
+    assert all(0 < seconds[K] < elapsed for K in (32, 96, 80)) and seconds[48] is None and seconds[16] is None
     assert outcomes[32] is None and outcomes[96] is None
     assert outcomes[48].startswith("timed out after 4 s")
     assert "died (exit code 3)" in outcomes[16]
@@ -51,7 +67,7 @@ def test_at_the_deadline_busy_workers_are_killed_and_every_point_is_reported():
     outcomes = {}
     with Precompiler(2, SETTINGS, timeout_s=600.0, task=hanging_compile) as pool:
         started = time.monotonic()
-        pool.run(points, lambda point, reason: outcomes.setdefault(point.K, reason), deadline=started + 2.0)
+        pool.run(points, reasons_by_K(outcomes), deadline=started + 2)
         assert time.monotonic() - started < 15
         assert not any(worker.point is not None for worker in pool._workers)
     assert sorted(outcomes) == [32, 48, 64]
@@ -63,11 +79,11 @@ def test_a_worker_that_died_while_idle_is_replaced():
     points = [BenchPoint(64, K, 32, "bf16") for K in (32, 64, 96)]
     outcomes = {}
     with Precompiler(1, SETTINGS, timeout_s=60.0, task=misbehaving_compile) as pool:
-        pool.run(points[:1], lambda point, reason: outcomes.setdefault(point.K, reason))
+        pool.run(points[:1], reasons_by_K(outcomes))
         [idle] = pool._workers
         idle.process.kill()  # e.g. the OOM killer, between two batches
         idle.process.join()
-        pool.run(points[1:], lambda point, reason: outcomes.setdefault(point.K, reason))
+        pool.run(points[1:], reasons_by_K(outcomes))
     assert outcomes == {32: None, 64: None, 96: None}
 
 
@@ -77,5 +93,5 @@ def test_workers_that_never_get_ready_are_given_up(monkeypatch):
     monkeypatch.setattr(precompile, "STARTUP_TIMEOUT_S", 0.0)  # nobody starts that fast
     outcomes = {}
     with Precompiler(2, SETTINGS, timeout_s=60.0, task=misbehaving_compile) as pool:
-        pool.run([BenchPoint(64, 32, 32, "bf16")], lambda point, reason: outcomes.setdefault(point.K, reason))
+        pool.run([BenchPoint(64, 32, 32, "bf16")], reasons_by_K(outcomes))
     assert "fail to start" in outcomes[32]
