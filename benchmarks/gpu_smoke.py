@@ -216,7 +216,7 @@ def rows(log: Log, out: Path, shape: tuple[int, int, int], recipes: tuple[str, .
     import torch
 
     from fp8advisor.bench import build_module, compile_module, make_inputs, prepare_module
-    from fp8advisor.timers import padded_profile, row_role, save_trace
+    from fp8advisor.timers import padded_profile, row_role
 
     M, K, N = shape
     x, grad_output = make_inputs(M, K, N, device="cuda", seed=0)
@@ -236,7 +236,8 @@ def rows(log: Log, out: Path, shape: tuple[int, int, int], recipes: tuple[str, .
         for row in sorted(session.rows(), key=lambda row: -row.self_device_us):
             times = f"{row.self_cpu_us:>10.1f} {row.self_device_us:>10.1f} {row.count:>5}"
             log(f"  {row_role(row):<12} {times}  {row.key}")
-        trace = save_trace(session.profile, out / f"trace-{recipe}-{M}x{K}x{N}.json")
+        trace = out / f"trace-{recipe}-{M}x{K}x{N}.json.gz"
+        session.profile.export_chrome_trace(str(trace))  # gzipped, as the name ends in .gz
         log(f"--- {recipe}: trace {trace.name}")
         summary = session.summary(iterations=5)
         log(f"--- {recipe}: {summary}")

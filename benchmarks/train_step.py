@@ -429,30 +429,30 @@ def time_steps(step: Callable, warmup: int, steps: int, device: str) -> tuple[li
 
 def trace_step(step: Callable, device: str, path: Path) -> Path:
     """Two more steps under torch.profiler: the first warms it up (CUPTI drops records at the start of a
-    session, fp8advisor.timers), the second is kept, as `ProfilerStep#1`, in a gzipped trace at `path`.gz."""
+    session, fp8advisor.timers), the second is kept, as `ProfilerStep#1`, in the trace at `path` (gzipped
+    when the name ends in .gz)."""
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
 
-    from fp8advisor.timers import save_trace
-
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
-    saved: list[Path] = []
     with profile(
         activities=activities,
         record_shapes=True,
         schedule=schedule(wait=0, warmup=1, active=1, repeat=1),
-        on_trace_ready=lambda session: saved.append(save_trace(session, path)),
+        on_trace_ready=lambda session: session.export_chrome_trace(str(path)),
     ) as session:
         for _ in range(2):
             step()
             if device == "cuda":
                 torch.cuda.synchronize()
             session.step()
-    return saved[0]
+    if not path.is_file():
+        raise RuntimeError(f"the profiler wrote no trace to {path}")
+    return path
 
 
 def trace_name(seq: int, batch: int, variant: Variant, recipe: str | None) -> str:
-    return f"step-{seq * batch}-{variant.value}{'-' + recipe if recipe else ''}.json"
+    return f"step-{seq * batch}-{variant.value}{'-' + recipe if recipe else ''}.json.gz"
 
 
 def _quantiles(times: Sequence[float]) -> dict:
@@ -519,7 +519,10 @@ def run_variant(settings: Settings, seq: int, recipe: str | None, variant: Varia
         if settings.trace_dir is not None:
             settings.trace_dir.mkdir(parents=True, exist_ok=True)
             path = settings.trace_dir / trace_name(seq, settings.batch, variant, recipe)
-            record["trace"] = trace_step(step, device, path).name
+            try:
+                record["trace"] = trace_step(step, device, path).name
+            except Exception as error:  # noqa: BLE001 - the timed steps stand without their trace
+                record.update(trace=None, trace_error=_first_line(error))
     except torch.OutOfMemoryError as error:
         record.update(status="out of memory", error=_first_line(error))
     except Exception as error:  # one broken variant (a compile error...) must not lose the others' figures

@@ -24,13 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import gzip
 import math
-import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar
 
 from fp8advisor import compat
@@ -237,19 +234,6 @@ def padded_profile(*, pad: bool = True) -> Iterator[ProfilerSession]:
             torch.cuda.synchronize()
         session = ProfilerSession(prof, pads)
         yield session
-
-
-def save_trace(profile, path: Path) -> Path:
-    """A finished `torch.profiler.profile` session as a gzipped Chrome/Kineto trace at `path` + ".gz" (the
-    format `torch.profiler` and torchtitan write, which trace readers such as Perfetto open)."""
-    profile.export_chrome_trace(str(path))
-    gzipped = path.with_name(path.name + ".gz")
-    try:
-        with path.open("rb") as source, gzip.open(gzipped, "wb") as target:
-            shutil.copyfileobj(source, target)
-    finally:
-        path.unlink()
-    return gzipped
 
 
 # --- compile time and caches -------------------------------------------------------------------------------

@@ -249,18 +249,3 @@ def test_compile_record_is_cold_when_inductor_compiled_from_scratch():
     assert timers.CompileRecord(1.0, {"fxgraph_cache_hit": 1, "fxgraph_cache_bypass": 1}).cold  # uncacheable
     assert not timers.CompileRecord(1.0, {"fxgraph_cache_hit": 2, "autograd_cache_bypass": 1}).cold
     assert math.isclose(timers.CompileRecord(1.5, {}).to_json()["seconds"], 1.5)
-
-
-def test_a_profiler_session_is_kept_as_a_gzipped_chrome_trace_and_nothing_else(tmp_path):
-    import gzip
-    import json
-
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as session:
-        torch.mm(torch.ones(8, 8), torch.ones(8, 8))
-    saved = timers.save_trace(session, tmp_path / "trace-bf16-8x8x8.json")
-    assert saved == tmp_path / "trace-bf16-8x8x8.json.gz" and list(tmp_path.iterdir()) == [saved]
-    events = json.loads(gzip.decompress(saved.read_bytes()))["traceEvents"]
-    assert any(event.get("name") == "aten::mm" for event in events)

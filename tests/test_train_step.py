@@ -244,3 +244,15 @@ def test_default_layers_fit_an_h100_by_the_estimate(train_step):
         18, estimate["total_bytes"], estimate["per_block_bytes"], h100_bytes
     )
     assert fit == 21
+
+
+def test_a_trace_that_fails_leaves_the_timed_steps_standing(train_step, monkeypatch, tmp_path):
+    def broken(step, device, path):
+        raise RuntimeError("CUPTI is busy\nmore")
+
+    monkeypatch.setattr(train_step, "trace_step", broken)
+    argv = ["--emulate", "--tiny", "--no-compile", "--warmup", "0", "--steps", "1"]
+    settings = train_step.parse_args([*argv, "--trace-dir", str(tmp_path)])
+    record = train_step.run_variant(settings, 32, None, train_step.Variant.BF16, None)
+    assert record["status"] == "ok" and record["median_s"] > 0
+    assert record["trace"] is None and record["trace_error"] == "CUPTI is busy"
