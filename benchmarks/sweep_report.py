@@ -5,16 +5,18 @@
 
 From the run files alone (no GPU), per recipe:
 1. the measured speedups (kernel time, as torchao publishes) beside each reference profile on the same shapes:
-   the published H100 rowwise table and the modelled roofline of the sweep's GPU; median and worst relative
+   the published H100 rowwise table and the modelled roofline of the sweep's GPU family (`<family>-roofline`,
+   where one ships); median and worst relative
    difference, how often both sides agree on "speedup > 1", and the largest differences by shape (the 3
    largest and every one over 25%);
 2. the GEMM-only speedup of the breakdown probes (the 3 GEMMs, torch.mm against torch._scaled_mm), beside
    the physical limit of 2.0x (the FP8 tensor cores' rate over bf16's), and the recipe's casts (unfused,
-   an upper bound) as a share of the bf16 kernel time;
+   an upper bound) as a share of the bf16 kernel time of the same shape (suspect bf16 points left out);
 3. repeatability: every point measured more than once (a resume re-measuring a suspect point, or `--repeat`
    runs of another command, such as the smoke test's 1024^3 points), kernel and wall time side by side;
 4. the cost of the sweep: per run, points, the timing process's compile seconds and cold compiles, the
-   workers' cold compile seconds (`precompile_s`, where recorded) and the points' own durations; points
+   workers' compile seconds (`precompile_s`, where recorded: cold unless the on-disk caches held the
+   configuration already) and the points' own durations; points
    left out as suspect, with why.
 """
 
@@ -73,11 +75,16 @@ def against_profile(speedups, profile_name: str) -> dict:
 def breakdown(runs) -> dict:
     """Per recipe: the GEMM-only speedups of the breakdown probes, and the recipe's casts (unfused Triton
     kernels, an upper bound) as a share of the bf16 kernel time of the same shape."""
+    from fp8advisor.results import suspect_reason
+
     bf16 = {
         (point["M"], point["K"], point["N"]): point["kernel_time_s"]
         for run in runs
         for point in run.points
-        if point["recipe"] == "bf16" and point.get("status") == "ok" and point.get("kernel_time_s")
+        if point["recipe"] == "bf16"
+        and point.get("status") == "ok"
+        and point.get("kernel_time_s")
+        and not suspect_reason(point)
     }
     values, casts = defaultdict(list), defaultdict(list)
     for run in runs:
@@ -105,8 +112,17 @@ def breakdown(runs) -> dict:
     return out
 
 
+def spread(values: list) -> float | None:
+    """Largest over smallest, minus 1; None when a value is missing."""
+    return max(values) / min(values) - 1 if all(values) else None
+
+
+def percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
 def repeats(runs) -> list[dict]:
-    """Points measured in more than one run (ok and not suspect in each): kernel and wall time of each."""
+    """Points measured ok in more than one run: kernel and wall time of each, and which were suspect."""
     from fp8advisor.results import point_key, suspect_reason
 
     seen = defaultdict(list)
@@ -118,7 +134,7 @@ def repeats(runs) -> list[dict]:
     for key, measured in sorted(seen.items()):
         if len(measured) < 2:
             continue
-        kernel = [point["kernel_time_s"] for _, point in measured]
+        kernel = [point.get("kernel_time_s") for _, point in measured]
         wall = [(point.get("wall_time_s") or {}).get("median") for _, point in measured]
         out.append(
             {
@@ -126,8 +142,8 @@ def repeats(runs) -> list[dict]:
                 "runs": [run_id for run_id, _ in measured],
                 "kernel_time_s": kernel,
                 "wall_time_s": wall,
-                "kernel_spread": max(kernel) / min(kernel) - 1,
-                "wall_spread": max(wall) / min(wall) - 1 if all(wall) else None,
+                "kernel_spread": spread(kernel),
+                "wall_spread": spread(wall),
                 "suspect": [bool(suspect_reason(point)) for _, point in measured],
             }
         )
@@ -150,7 +166,7 @@ def cost(runs) -> list[dict]:
                 "points_seconds": sum(durations),
                 "longest_point_s": max(durations, default=0.0),
                 "compile_seconds": sum(record.get("seconds") or 0.0 for record in compiles),
-                # the workers' cold compiles (and one run each); runs before 2026-11-26 did not record them
+                # the workers' compiles and one run each (runs before 2026-11-26 did not record them)
                 "worker_compile_seconds": sum(workers) if workers else None,
                 "worker_compile_longest_s": max(workers, default=None),
                 "cold_compiles": sum(bool(record.get("cold")) for record in compiles),
@@ -166,14 +182,17 @@ def cost(runs) -> list[dict]:
 
 
 def report(results: Path, repeat: list[Path]) -> dict:
-    from fp8advisor.profile import load_profile, select_profile
+    from fp8advisor.profile import list_profiles, load_profile
     from fp8advisor.results import load_results, pair_with_baseline
+    from fp8advisor.roofline import gpu_family
 
     runs = load_results([results])
     device_name = runs[0].device_name
     speedups = pair_with_baseline(runs, basis="kernel_time")
-    roofline = select_profile(device_name=device_name, detect_device=False).fallback
-    references = ["h100-published-rowwise-2025-06"] + ([roofline.name] if roofline else [])
+    family = gpu_family(device_name)
+    references = ["h100-published-rowwise-2025-06"]
+    if family and f"{family.lower()}-roofline" in {profile.name for profile in list_profiles()}:
+        references.append(f"{family.lower()}-roofline")
     return {
         "device": runs[0].header["device"],
         "software": runs[0].header["software"],
@@ -212,11 +231,11 @@ def print_report(data: dict) -> None:
         )
     print("\nrepeated points (kernel time, wall time):")
     for row in data["repeats"]:
-        kernel = ", ".join(f"{value * 1e6:.1f}" for value in row["kernel_time_s"])
+        kernel = ", ".join(f"{value * 1e6:.1f}" for value in row["kernel_time_s"] if value)
         wall = ", ".join(f"{value * 1e6:.1f}" for value in row["wall_time_s"] if value)
         print(
-            f"  {row['point']}: kernel us {kernel} ({row['kernel_spread']:.1%}); wall us {wall} "
-            f"({row['wall_spread']:.1%}); suspect {row['suspect']}"
+            f"  {row['point']}: kernel us {kernel} ({percent(row['kernel_spread'])}); wall us {wall} "
+            f"({percent(row['wall_spread'])}); suspect {row['suspect']}"
         )
     print("\nruns:")
     for row in data["cost"]:
@@ -228,7 +247,7 @@ def print_report(data: dict) -> None:
         )
         if row["worker_compile_seconds"] is not None:
             print(
-                f"      workers' cold compiles {row['worker_compile_seconds']:.0f} s in all, "
+                f"      compile workers {row['worker_compile_seconds']:.0f} s in all, "
                 f"the longest {row['worker_compile_longest_s']:.1f} s"
             )
         for suspect in row["suspect"]:

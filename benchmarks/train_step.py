@@ -435,6 +435,7 @@ def trace_step(step: Callable, device: str, path: Path) -> Path:
     from torch.profiler import ProfilerActivity, profile, schedule
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    path.unlink(missing_ok=True)  # an earlier run's trace must not pass for this one's
     with profile(
         activities=activities,
         record_shapes=True,

@@ -299,7 +299,8 @@ def point_record(
 
     `duration_s`: seconds the timing process spent on the point; `precompiled`: the pre-compile worker's
     outcome ("ok" or why not; None when no worker ran); `precompile_s`: the seconds the worker took (its
-    cold compile and one run; None when no worker answered)."""
+    compile, cold unless inductor's on-disk cache held the configuration, and one run; None when no worker
+    answered)."""
     m = measurement
     return {
         "kind": "point",

@@ -32,7 +32,7 @@ STARTUP_TIMEOUT_S = 120.0
 CLOSE_WAIT_S = 5.0
 
 #: on_done(point, reason, seconds): reason None when the point was compiled and run, else why not; seconds
-#: from its dispatch to the worker until the worker answered (its cold compile and one run), None when the
+#: from its dispatch to the worker until the worker answered (its compile and one run), None when the
 #: worker did not answer (killed, died, or never given the point).
 DoneCallback = Callable[[object, str | None, float | None], None]
 

@@ -30,7 +30,7 @@ def serial_inductor():
 
 def misbehaving_compile(point, settings):
     """A pre-compile task for the worker-pool tests, by in_features: 48 hangs, 16 kills its process, 80 fails,
-    anything else compiles at once."""
+    112 takes 1.5 s, anything else compiles at once."""
     import os
     import time
 
@@ -40,6 +40,8 @@ def misbehaving_compile(point, settings):
         os._exit(3)
     if point.K == 80:
         raise ValueError("boom")
+    if point.K == 112:
+        time.sleep(1.5)
     return None
 
 
