@@ -6,9 +6,8 @@
 From the run files alone (no GPU), per recipe:
 1. the measured speedups (kernel time, as torchao publishes) beside each reference profile on the same shapes:
    the published H100 rowwise table and the modelled roofline of the sweep's GPU family (`<family>-roofline`,
-   where one ships); median and worst relative
-   difference, how often both sides agree on "speedup > 1", and the largest differences by shape (the 3
-   largest and every one over 25%);
+   where one ships); median and worst relative difference, how often both sides agree on "speedup > 1", and
+   the largest differences by shape (the 3 largest and every one over 25%);
 2. the GEMM-only speedup of the breakdown probes (the 3 GEMMs, torch.mm against torch._scaled_mm), beside
    the physical limit of 2.0x (the FP8 tensor cores' rate over bf16's), and the recipe's casts (unfused,
    an upper bound) as a share of the bf16 kernel time of the same shape (suspect bf16 points left out);
@@ -16,8 +15,7 @@ From the run files alone (no GPU), per recipe:
    runs of another command, such as the smoke test's 1024^3 points), kernel and wall time side by side;
 4. the cost of the sweep: per run, points, the timing process's compile seconds and cold compiles, the
    workers' compile seconds (`precompile_s`, where recorded: cold unless the on-disk caches held the
-   configuration already) and the points' own durations; points
-   left out as suspect, with why.
+   configuration already) and the points' own durations; points left out as suspect, with why.
 """
 
 from __future__ import annotations
