@@ -70,20 +70,11 @@ def against_profile(speedups, profile_name: str) -> dict:
     return out
 
 
-def breakdown(runs) -> dict:
+def breakdown(runs, speedups) -> dict:
     """Per recipe: the GEMM-only speedups of the breakdown probes, and the recipe's casts (unfused Triton
-    kernels, an upper bound) as a share of the bf16 kernel time of the same shape."""
-    from fp8advisor.results import suspect_reason
-
-    bf16 = {
-        (point["M"], point["K"], point["N"]): point["kernel_time_s"]
-        for run in runs
-        for point in run.points
-        if point["recipe"] == "bf16"
-        and point.get("status") == "ok"
-        and point.get("kernel_time_s")
-        and not suspect_reason(point)
-    }
+    kernels, an upper bound) as a share of the bf16 kernel time of the same shape (from `speedups`, the
+    paired points: suspect ones left out)."""
+    bf16 = {(pair.M, pair.K, pair.N): pair.bf16_time_s for pair in speedups}
     values, casts = defaultdict(list), defaultdict(list)
     for run in runs:
         for point in run.points:
@@ -198,7 +189,7 @@ def report(results: Path, repeat: list[Path]) -> dict:
         "speedups": [pair.to_json() for pair in speedups],
         "against": {name: against_profile(speedups, name) for name in references},
         "reference_provenance": {name: load_profile(name).provenance for name in references},
-        "breakdown": breakdown(runs),
+        "breakdown": breakdown(runs, speedups),
         "repeats": repeats(runs + load_results(repeat) if repeat else runs),
         "cost": cost(runs),
     }

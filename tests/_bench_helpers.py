@@ -1,4 +1,5 @@
-"""Shared by test_bench.py and test_bench_cli.py: the tiny emulated grid every compiled test uses.
+"""Shared by the bench tests: the tiny emulated grid every compiled test uses, and the benchmarks/ scripts
+as modules.
 
 All compiled tests measure the same single shape so that inductor's on-disk caches, filled by the first test
 that compiles it, make the others cheap (torch.compile on a CPU costs tens of seconds per cold graph).
@@ -7,12 +8,27 @@ that compiles it, make the others cheap (torch.compile on a CPU costs tens of se
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import sys
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 SHAPE = (32, 32, 32)
 RECIPE = "tensorwise"
 
 #: CLI arguments of the shared emulated sweep (one shape, bf16 + tensorwise).
 CLI_GRID = ["--emulate", "--M", "32", "--K", "32", "--N", "32", "--recipes", RECIPE]
+
+
+def load_benchmark(name: str):
+    """benchmarks/NAME.py as a module (the scripts are not a package), registered in sys.modules under a
+    name of its own: dataclasses look their module up while the class is built."""
+    spec = importlib.util.spec_from_file_location(f"fp8advisor_benchmarks_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ import torch
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _bench_helpers import CLI_GRID, RECIPE, SHAPE, serial_inductor  # noqa: E402
+from _bench_helpers import CLI_GRID, RECIPE, SHAPE, load_benchmark, serial_inductor  # noqa: E402
 
 from fp8advisor.cli import app  # noqa: E402
 from fp8advisor.results import SCHEMA  # noqa: E402
@@ -232,18 +232,9 @@ def test_the_gpu_smoke_test_refuses_a_machine_without_an_fp8_gpu(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def _gpu_smoke_module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gpu_smoke", REPOSITORY / "benchmarks" / "gpu_smoke.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("text", ["8192,32768", "8192,32768,x", "8,32768,32768", "1,2,3,4"])
 def test_the_gpu_smoke_test_refuses_a_rows_shape_that_is_not_three_sizes(text, tmp_path):
     command = [sys.executable, str(REPOSITORY / "benchmarks" / "gpu_smoke.py"), "--out", str(tmp_path)]
     completed = subprocess.run([*command, "--rows-at", text], capture_output=True, text=True, timeout=120)
     assert completed.returncode == 2 and "expected M,K,N" in completed.stderr and text in completed.stderr
-    assert _gpu_smoke_module()._shape("8192,32768,1024") == (8192, 32768, 1024)
+    assert load_benchmark("gpu_smoke")._shape("8192,32768,1024") == (8192, 32768, 1024)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _bench_helpers import load_benchmark  # noqa: E402
 
 from fp8advisor.errors import ProfileError
 from fp8advisor.paths import PROFILES_DIR
@@ -32,7 +35,6 @@ SHIPPED = (
     "h200-roofline",
     "b200-roofline",
 )
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
@@ -76,12 +78,7 @@ def test_shipped_profiles_load_and_round_trip_byte_for_byte(name):
 
 def test_shipped_profiles_are_what_the_script_writes():
     """data/profiles/ is reproducible: regenerating gives identical bytes (run the script if this fails)."""
-    spec = importlib.util.spec_from_file_location(
-        "make_shipped", REPO / "benchmarks" / "make_shipped_profiles.py"
-    )
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    texts = script.shipped_profiles()
+    texts = load_benchmark("make_shipped_profiles").shipped_profiles()
     assert set(texts) == {f"{name}.json" for name in SHIPPED}
     for file_name, text in texts.items():
         assert (PROFILES_DIR / file_name).read_text(encoding="utf-8") == text, file_name

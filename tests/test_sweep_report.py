@@ -1,13 +1,16 @@
 """benchmarks/sweep_report.py on the committed H200 sweep: the figures docs/benchmarks.md quotes."""
 
-import importlib.util
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from fp8advisor.paths import DATA_DIR
+sys.path.insert(0, str(Path(__file__).parent))
+from _bench_helpers import load_benchmark  # noqa: E402
+
+from fp8advisor.paths import DATA_DIR  # noqa: E402
 
 REPOSITORY = DATA_DIR.parent
 H200 = DATA_DIR / "results" / "h200-2026-11-26"
@@ -15,11 +18,7 @@ H200 = DATA_DIR / "results" / "h200-2026-11-26"
 
 @pytest.fixture(scope="module")
 def report():
-    path = REPOSITORY / "benchmarks" / "sweep_report.py"
-    spec = importlib.util.spec_from_file_location("sweep_report", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.report(H200 / "sweep", [H200 / "smoke" / "smoke-results"])
+    return load_benchmark("sweep_report").report(H200 / "sweep", [H200 / "smoke" / "smoke-results"])
 
 
 def test_every_float8_point_is_set_beside_the_references_but_the_suspect_baselines(report):

@@ -9,7 +9,6 @@ ran, converted exactly the layers it should, and that the JSON says what it is.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import sys
@@ -17,20 +16,13 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "train_step.py"
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("fp8advisor_bench_train_step", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(Path(__file__).parent))
+from _bench_helpers import load_benchmark  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def train_step():
-    return _load_script()
+    return load_benchmark("train_step")
 
 
 @pytest.fixture(scope="module")
