@@ -4,9 +4,9 @@
     python benchmarks/calibrate_step_model.py --check  # exit 1 if the file differs from what would be written
 
 Reads `data/anchors/published_step_results.json`, inspects each anchor's model on the meta device (no GPU, a
-few seconds each), fits the in-step efficiency to the one `fit: true` figure (`fp8advisor.anchors`), then runs
-the step model on every anchor as published and prints the markdown table of docs/benchmarks.md. The output
-is deterministic: two runs write identical bytes.
+few seconds each), fits the in-step efficiency to the one `fit: true` figure (`fp8advisor.advice.published`),
+then runs the step model on every anchor as published and prints the markdown table of docs/benchmarks.md. The
+output is deterministic: two runs write identical bytes.
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from fp8advisor.anchors import (  # noqa: E402
+from fp8advisor.advice.published import (  # noqa: E402
     comparisons,
     fit_in_step_efficiency,
     load_anchors,
     markdown_table,
     predict_anchor,
 )
-from fp8advisor.layers import inspect_model  # noqa: E402
-from fp8advisor.step import CALIBRATION_PATH, Calibration  # noqa: E402
+from fp8advisor.advice.step import CALIBRATION_PATH, Calibration  # noqa: E402
+from fp8advisor.inspect.layers import inspect_model  # noqa: E402
 
 
 def calibration_text(anchors, layers_by_anchor) -> str:

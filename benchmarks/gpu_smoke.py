@@ -113,7 +113,7 @@ def session_records(a, pad: bool) -> int:
     """Device records (padding excluded) of one profiler session of DRIFT_KERNELS matmuls of `a` by itself."""
     import torch
 
-    from fp8advisor.timers import padded_profile
+    from fp8advisor.measure.timers import padded_profile
 
     with padded_profile(pad=pad) as session:
         for _ in range(DRIFT_KERNELS):
@@ -143,7 +143,7 @@ def drift(log: Log) -> None:
 
 def sweep(log: Log, out: Path) -> list[dict]:
     from fp8advisor import compat
-    from fp8advisor.bench import BenchSettings, make_grid, run_sweep
+    from fp8advisor.measure.sweep import BenchSettings, make_grid, run_sweep
 
     grid = make_grid(M=[SHAPE[0]], K=[SHAPE[1]], N=[SHAPE[2]])
     settings = BenchSettings(compile_workers=2, compile_timeout_s=SWEEP_COMPILE_TIMEOUT_S)
@@ -180,9 +180,9 @@ def sweep(log: Log, out: Path) -> list[dict]:
 
 
 def grouped(log: Log, out: Path) -> None:
-    from fp8advisor.bench import BenchSettings, run_sweep
-    from fp8advisor.grouped_bench import GROUPED, make_grouped_grid, with_grouped_defaults
-    from fp8advisor.results import pair_grouped_with_baseline
+    from fp8advisor.measure.grouped import GROUPED, make_grouped_grid, with_grouped_defaults
+    from fp8advisor.measure.results import pair_grouped_with_baseline
+    from fp8advisor.measure.sweep import BenchSettings, run_sweep
 
     E, M_per_expert, K, N = GROUPED_SHAPE
     grid = make_grouped_grid(E=[E], M_per_expert=[M_per_expert], K=[K], N=[N])
@@ -215,8 +215,8 @@ def rows(log: Log, out: Path, shape: tuple[int, int, int], recipes: tuple[str, .
     session's trace."""
     import torch
 
-    from fp8advisor.bench import build_module, compile_module, make_inputs, prepare_module
-    from fp8advisor.timers import padded_profile, row_role
+    from fp8advisor.measure.sweep import build_module, compile_module, make_inputs, prepare_module
+    from fp8advisor.measure.timers import padded_profile, row_role
 
     M, K, N = shape
     x, grad_output = make_inputs(M, K, N, device="cuda", seed=0)

@@ -22,9 +22,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from fp8advisor.fit import fit_profile, roofline_profile
 from fp8advisor.paths import DATA_DIR
-from fp8advisor.profile import dumps_profile
+from fp8advisor.predict.fit import fit_profile, roofline_profile
+from fp8advisor.predict.profile import dumps_profile
 
 #: The date stamped in every shipped profile; bump it when the profiles are regenerated with new content.
 CREATED = "2026-11-22"

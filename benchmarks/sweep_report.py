@@ -41,8 +41,8 @@ def relative(measured: float, reference: float) -> float:
 
 def against_profile(speedups, profile_name: str) -> dict:
     """Each measured speedup beside `profile_name`'s prediction at the same (M, K, N, recipe)."""
-    from fp8advisor.predict import predict_speedup
-    from fp8advisor.profile import load_profile
+    from fp8advisor.predict.profile import load_profile
+    from fp8advisor.predict.speedup import predict_speedup
 
     profile = load_profile(profile_name)
     by_recipe = defaultdict(list)
@@ -112,7 +112,7 @@ def percent(value: float | None) -> str:
 
 def repeats(runs) -> list[dict]:
     """Points measured ok in more than one run: kernel and wall time of each, and which were suspect."""
-    from fp8advisor.results import point_key, suspect_reason
+    from fp8advisor.measure.results import point_key, suspect_reason
 
     seen = defaultdict(list)
     for run in runs:
@@ -140,7 +140,7 @@ def repeats(runs) -> list[dict]:
 
 
 def cost(runs) -> list[dict]:
-    from fp8advisor.results import suspect_reason
+    from fp8advisor.measure.results import suspect_reason
 
     out = []
     for run in runs:
@@ -171,9 +171,9 @@ def cost(runs) -> list[dict]:
 
 
 def report(results: Path, repeat: list[Path]) -> dict:
-    from fp8advisor.profile import list_profiles, load_profile
-    from fp8advisor.results import load_results, pair_with_baseline
-    from fp8advisor.roofline import gpu_family
+    from fp8advisor.measure.results import load_results, pair_with_baseline
+    from fp8advisor.predict.profile import list_profiles, load_profile
+    from fp8advisor.predict.roofline import gpu_family
 
     runs = load_results([results])
     device_name = runs[0].device_name

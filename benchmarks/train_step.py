@@ -31,7 +31,7 @@ variants everything is freed (`del`, `gc.collect`, `torch.cuda.empty_cache`, `to
 
 Next to each measured step it puts what fp8advisor predicted: the Linear-time speedup of each strategy
 (`Advice.strategy(name).predicted_speedup`: the advice, every convertible layer, torchao's auto filter),
-and the step model's predicted step time and step speedup (`fp8advisor.step`: one GPU, no activation
+and the step model's predicted step time and step speedup (`fp8advisor.advice.step`: one GPU, no activation
 checkpointing, AdamW states in bf16, for the profile's GPU). Everything goes to `--out` as JSON (device,
 software versions, command, date, method); a markdown table goes to stdout, ready for docs/benchmarks.md;
 progress goes to stderr.
@@ -303,7 +303,7 @@ def build_model(settings: Settings, device: str):
     """A fresh model (bf16; float32 under --emulate) with the run's seed: the same weights every variant."""
     import torch
 
-    from fp8advisor.target import load_model
+    from fp8advisor.inspect.target import load_model
 
     torch.manual_seed(settings.seed)
     previous = torch.get_default_dtype()
@@ -429,8 +429,8 @@ def time_steps(step: Callable, warmup: int, steps: int, device: str) -> tuple[li
 
 def trace_step(step: Callable, device: str, path: Path) -> Path:
     """Two more steps under torch.profiler: the first warms it up (CUPTI drops records at the start of a
-    session, fp8advisor.timers), the second is kept, as `ProfilerStep#1`, in the trace at `path` (gzipped
-    when the name ends in .gz)."""
+    session, fp8advisor.measure.timers), the second is kept, as `ProfilerStep#1`, in the trace at `path`
+    (gzipped when the name ends in .gz)."""
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
 
@@ -458,7 +458,7 @@ def trace_name(seq: int, batch: int, variant: Variant, recipe: str | None) -> st
 
 def _quantiles(times: Sequence[float]) -> dict:
     """Median and 20th/80th percentiles, as `fp8advisor bench` reports its wall times."""
-    from fp8advisor.timers import quantiles_s
+    from fp8advisor.measure.timers import quantiles_s
 
     quantiles = quantiles_s(times)
     return {f"{name}_s": quantiles[name] for name in ("median", "p20", "p80")}
@@ -560,8 +560,8 @@ def free_memory() -> None:
 
 def plan_advice(settings: Settings, seq: int, recipe: str, profile_choice):
     """fp8advisor's advice for this exact model, token count and recipe, and the inspection it rests on."""
-    from fp8advisor.advise import DEFAULT_MIN_SPEEDUP, advise
-    from fp8advisor.layers import inspect_model
+    from fp8advisor.advice.decide import DEFAULT_MIN_SPEEDUP, advise
+    from fp8advisor.inspect.layers import inspect_model
 
     model_layers = inspect_model(settings.target, batch=settings.batch, seq=seq)
     advice = advise(
@@ -577,8 +577,8 @@ def plan_advice(settings: Settings, seq: int, recipe: str, profile_choice):
 def plan_step(advice, model_layers, profile_choice):
     """fp8advisor's step model for this script's step: one GPU, no activation checkpointing, AdamW with
     states in the bf16 weights' precision (2 bytes), the profile's GPU; no break-even search."""
-    from fp8advisor.predict import roofline_specs_for
-    from fp8advisor.step import StepConfig, StepGpu, step_report
+    from fp8advisor.advice.step import StepConfig, StepGpu, step_report
+    from fp8advisor.predict.speedup import roofline_specs_for
 
     config = StepConfig(world_size=1, optimizer_state_bytes=2)
     gpu = StepGpu.of(roofline_specs_for(profile_choice.primary))
@@ -587,8 +587,8 @@ def plan_step(advice, model_layers, profile_choice):
 
 def prediction_record(advice, seq: int, settings: Settings, step=None) -> dict:
     """What fp8advisor predicted for one token count and recipe (JSON); `step`: its step model report."""
-    from fp8advisor.advise import group_layers
-    from fp8advisor.profile import weakest_provenance
+    from fp8advisor.advice.decide import group_layers
+    from fp8advisor.predict.profile import weakest_provenance
 
     timed = [layer for layer in advice.layers if layer.counts_in_linear_time]
     strategies = {}
@@ -816,8 +816,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from fp8advisor import compat
     from fp8advisor.device import describe_device, software_versions
-    from fp8advisor.profile import select_profile
-    from fp8advisor.target import load_model
+    from fp8advisor.inspect.target import load_model
+    from fp8advisor.predict.profile import select_profile
 
     # per-block compile shares one graph among identical blocks; a generous limit keeps mixed blocks compiled
     compat.raise_recompile_limit(64)

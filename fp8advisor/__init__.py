@@ -1,11 +1,54 @@
 """fp8advisor: measure where FP8 training pays, and say exactly which Linear layers to convert.
 
-The data flow is the architecture:
-  bench -> results -> fit -> profile            (fp8advisor.bench, .results, .fit, .profile)
-  model -> layers -> decisions -> configs       (fp8advisor.target, .layers, .advise, .emit)
-and `verify` closes the loop by converting the model as a config says and tracing what really ran.
+The pipeline, one stage package each (every `__init__` says what comes in and what goes out):
+
+    inspect -> frameworks -> measure -> predict -> advice -> emit -> verification      (cli on top)
+
+    model ----> layers (inspect_model) --------------------> advise --> render --> verify
+    bench (run_sweep) --> results --> fit_profile --> Profile ---^
+
+The names below are the public API; each is imported on first use, so `import fp8advisor` stays cheap. A
+walk-through is in docs/api.md.
 """
+
+from fp8advisor._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+_EXPORTS = {
+    # the request: the settings of one suggestion
+    "SuggestRequest": "fp8advisor.request",
+    # inspect: a model on the meta device -> its GEMM-bearing layers
+    "load_model": "fp8advisor.inspect.target",
+    "inspect_model": "fp8advisor.inspect.layers",
+    "ModelLayers": "fp8advisor.inspect.layers",
+    # frameworks: the config formats and their reader
+    "ConfigFormat": "fp8advisor.frameworks.formats",
+    "read_config": "fp8advisor.frameworks.reader",
+    # measure: sweep a grid on this GPU (or emulated on the CPU)
+    "BenchSettings": "fp8advisor.measure.sweep",
+    "make_grid": "fp8advisor.measure.sweep",
+    "run_sweep": "fp8advisor.measure.sweep",
+    # predict: profiles and the speedups they predict
+    "Profile": "fp8advisor.predict.profile",
+    "load_profile": "fp8advisor.predict.profile",
+    "select_profile": "fp8advisor.predict.profile",
+    "fit_profile": "fp8advisor.predict.fit",
+    "load_measurements": "fp8advisor.predict.fit",
+    "predict_speedup": "fp8advisor.predict.speedup",
+    # advice: the decisions and the training step
+    "Advice": "fp8advisor.advice.decide",
+    "advise": "fp8advisor.advice.decide",
+    "predict_step": "fp8advisor.advice.step",
+    "step_report": "fp8advisor.advice.step",
+    # emit: the config file
+    "render": "fp8advisor.emit.writer",
+    "write": "fp8advisor.emit.writer",
+    "check": "fp8advisor.emit.writer",
+    # verification: does a config do what the advice says
+    "verify": "fp8advisor.verification.verifier",
+    "advice_settings": "fp8advisor.verification.verifier",
+}
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -27,7 +27,7 @@ from fp8advisor.errors import CompatError
 TESTED_WITH = "torch 2.11 and 2.13 with torchao 0.18"
 
 #: The kernel `torch.cuda._sleep` launches (ATen's `spin_kernel`): a GPU kernel that belongs to no aten op,
-#: which is what pads a profiler session (`fp8advisor.timers.padded_profile`).
+#: which is what pads a profiler session (`fp8advisor.measure.timers.padded_profile`).
 SLEEP_KERNEL_MARKER = "spin_kernel"
 
 #: Inductor's FX-graph cache and AOTAutograd's cache counters, as `torch._dynamo.utils.counters` keeps them.
@@ -110,9 +110,9 @@ def dynamo_disabled_functions() -> list[Callable]:
     decompositions: the functions inside the wrappers, where `DYNAMO_DISABLE_CACHE_ATTR` goes.
 
     Each wrapper imports torch._dynamo on its first call only to mark its function "do not compile"; setting
-    that cache beforehand saves the import (`fp8advisor.target`). torch has no public way to run its refs
-    without dynamo, so this reads the wrappers' closures. Found once per process. The caller degrades when
-    this raises: inspection still works, only slower.
+    that cache beforehand saves the import (`fp8advisor.inspect.target`). torch has no public way to run its
+    refs without dynamo, so this reads the wrappers' closures. Found once per process. The caller degrades
+    when this raises: inspection still works, only slower.
     """
     disable_dynamo = _require("torch", "_disable_dynamo")
     _import("torch._refs")  # the refs register their meta kernels on import
@@ -336,6 +336,15 @@ def storage_address(storage: Any) -> int:
         raise _moved("torch", "has no torch.UntypedStorage._cdata") from None
 
 
+def storage_key(tensor: Any) -> int | None:
+    """`storage_address` of a tensor's storage; None for a tensor without one (e.g. a tensor subclass)."""
+    try:
+        storage = tensor.untyped_storage()
+    except (RuntimeError, NotImplementedError, AttributeError):
+        return None
+    return storage_address(storage)
+
+
 def current_autograd_node() -> Any:
     """The autograd Node whose backward is running, None outside backward (`torch._C._current_autograd_node`):
     what ties a backward GEMM to the layer it belongs to. Public module and tensor hooks run before or after a
@@ -415,8 +424,9 @@ def is_device_record(event) -> bool:
 # --- torchao ------------------------------------------------------------------------------------------------
 
 
-#: The torchao releases (major.minor) whose `_auto_filter_for_recipe` thresholds `fp8advisor.filters`
-#: copies in `auto_filter_keeps` (tests/test_filters.py pins the copy against the installed torchao's own).
+#: The torchao releases (major.minor) whose `_auto_filter_for_recipe` thresholds
+#: `fp8advisor.frameworks.filters` copies in `auto_filter_keeps` (tests/test_filters.py pins the copy against
+#: the installed torchao's own).
 AUTO_FILTER_COPIED_FROM = ("0.18",)
 
 

@@ -31,6 +31,11 @@ def parse_recipe(name: str) -> Recipe:
     return parse_choice(Recipe, name, "recipe")
 
 
+def dims_divisible_by_16(K: int, N: int) -> bool:
+    """torch._scaled_mm needs K and N divisible by 16; every framework skips other Linear layers."""
+    return K % 16 == 0 and N % 16 == 0
+
+
 def float8_config(recipe: Recipe | str, *, emulate: bool):
     """torchao's `Float8LinearConfig.from_recipe_name(recipe)`; `emulate`: torchao's emulated float8 (casts to
     float8 for real, multiplies the float8 values in float32), which runs on a CPU."""

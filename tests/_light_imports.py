@@ -9,7 +9,7 @@ import sys
 import torch
 
 from fp8advisor import compat
-from fp8advisor.target import load_model
+from fp8advisor.inspect.target import load_model
 
 HEAVY = ("torch._dynamo", "torchao", "scipy", "torch.distributed.tensor")
 found: dict = {}

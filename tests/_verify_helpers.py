@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fp8advisor.predict import LayerTimes, Prediction
+from fp8advisor.predict.speedup import LayerTimes, Prediction
 
 #: Every layer a tiny model the CPU runs in well under a second; names and shapes chosen so that the advice is
 #: known in advance (see `predictor`): `up` and `down` convert; `gate` is too small; `spare` is never called;
@@ -58,8 +58,8 @@ def predictor(recipe, M, K, N):
 def advise_with_predictor(model_layers, **options):
     """`advise` as the verify tests run it: rowwise, decided by `predictor`, no GPU, no comparison with
     torchao's auto filter; `options` as `advise` takes them (min_speedup, expert_parallel, ...)."""
-    from fp8advisor.advise import advise
-    from fp8advisor.verify import _TestProfile
+    from fp8advisor.advice.decide import advise
+    from fp8advisor.verification.verifier import _TestProfile
 
     return advise(
         model_layers,

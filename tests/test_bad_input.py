@@ -243,9 +243,11 @@ def test_o_never_writes_over_an_input(cli, tmp_path):
 def test_o_into_a_place_that_cannot_hold_it_fails_before_the_work(
     cli, tmp_path, output, message, monkeypatch
 ):
-    import fp8advisor.layers
+    import fp8advisor.inspect.layers
 
-    monkeypatch.setattr(fp8advisor.layers, "inspect_model", lambda *a, **k: pytest.fail("the work started"))
+    monkeypatch.setattr(
+        fp8advisor.inspect.layers, "inspect_model", lambda *a, **k: pytest.fail("the work started")
+    )
     path = small_model(tmp_path)
     assert_clean_error(cli("suggest", path, "--format", "filter", "-o", output.format(tmp=tmp_path)), message)
 
@@ -264,9 +266,11 @@ def test_o_into_a_place_that_cannot_hold_it_fails_before_the_work(
     ],
 )
 def test_check_on_what_cannot_be_a_config_is_an_error_not_stale(cli, tmp_path, make, message, monkeypatch):
-    import fp8advisor.layers
+    import fp8advisor.inspect.layers
 
-    monkeypatch.setattr(fp8advisor.layers, "inspect_model", lambda *a, **k: pytest.fail("the work started"))
+    monkeypatch.setattr(
+        fp8advisor.inspect.layers, "inspect_model", lambda *a, **k: pytest.fail("the work started")
+    )
     path = small_model(tmp_path)
     assert_clean_error(cli("suggest", path, "--format", "filter", "--check", make(tmp_path)), message)
 
@@ -360,7 +364,7 @@ def test_negative_profile_figures_are_refused(cli, tmp_path):
 
 
 def test_a_stray_file_in_the_profile_directory_does_not_block_advice(tmp_path, monkeypatch):
-    from fp8advisor.profile import PROFILE_DIR_ENV, select_profile
+    from fp8advisor.predict.profile import PROFILE_DIR_ENV, select_profile
 
     (tmp_path / "notes.json").write_bytes(b"\xff\xfe not a profile")
     monkeypatch.setenv(PROFILE_DIR_ENV, str(tmp_path))
@@ -410,7 +414,7 @@ def test_any_bare_base_exception_escaping_a_command_is_an_error_not_success(monk
     """The CLI's last line of defence, for user code that ends the process outside the guarded places."""
     import typer
 
-    import fp8advisor.cli as cli_module
+    import fp8advisor.cli.common as cli_module
 
     monkeypatch.setattr(cli_module, "app", typer.Typer())  # a scratch app: `command` registers on it
 

@@ -18,10 +18,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from _bench_helpers import CLI_GRID, RECIPE, SHAPE, serial_inductor  # noqa: E402
 
-from fp8advisor import bench  # noqa: E402
-from fp8advisor.bench import BenchSettings, Grid, make_grid, run_sweep  # noqa: E402
 from fp8advisor.errors import AdvisorError  # noqa: E402
-from fp8advisor.results import grid_point_keys, load_results, runs_in  # noqa: E402
+from fp8advisor.measure import sweep as bench  # noqa: E402
+from fp8advisor.measure.results import grid_point_keys, load_results, runs_in  # noqa: E402
+from fp8advisor.measure.sweep import BenchSettings, Grid, make_grid, run_sweep  # noqa: E402
 
 # --- grids
 # -----------------------------------------------------------------------------------------------------
@@ -40,9 +40,9 @@ def test_default_grid_spans_1024_to_32768_on_every_axis_as_a_complete_cube():
 def test_default_grid_predicts_the_published_table_it_leaves_out():
     # What the default grid is sized on: interpolating the published H100 rowwise table from the grid's 36
     # shapes must predict the other 180 points well (median error, and the side of 1.0x that decides).
-    from fp8advisor.fit import read_speedup_table
     from fp8advisor.paths import RESULTS_DIR
-    from fp8advisor.predict import LogGridModel
+    from fp8advisor.predict.fit import read_speedup_table
+    from fp8advisor.predict.grid import LogGridModel
 
     table = read_speedup_table(RESULTS_DIR / "torchao_rowwise_h100_2025-06.csv")
     published = {point.shape: point.speedup for point in table.speedups["rowwise"]}
@@ -201,13 +201,13 @@ def test_resume_after_kill_9_loses_and_duplicates_nothing(tmp_path):
 
 
 def speedup(recipe, M, K, N, value):
-    from fp8advisor.results import Speedup
+    from fp8advisor.measure.results import Speedup
 
     return Speedup(M, K, N, recipe, value, 1.0, 1.0 / value, "kernel_time", "GPU", False, "r")
 
 
 def test_heatmap_panels_are_per_recipe_in_torchao_order_then_per_m_with_k_rows_and_n_columns():
-    from fp8advisor.report import heatmap_panels
+    from fp8advisor.measure.heatmaps import heatmap_panels
 
     panels = heatmap_panels(
         [
@@ -233,13 +233,13 @@ def test_heatmap_panels_are_per_recipe_in_torchao_order_then_per_m_with_k_rows_a
     ],
 )
 def test_format_speedup(value, text):
-    from fp8advisor.report import format_speedup
+    from fp8advisor.measure.heatmaps import format_speedup
 
     assert format_speedup(value) == text
 
 
 def test_png_of_results_without_baselines_is_refused(tmp_path):
-    from fp8advisor.report import speedup_heatmaps_png
+    from fp8advisor.measure.heatmaps import speedup_heatmaps_png
 
     with pytest.raises(AdvisorError, match="nothing to plot"):
         speedup_heatmaps_png([], tmp_path / "h.png")

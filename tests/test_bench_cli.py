@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _bench_helpers import CLI_GRID, RECIPE, SHAPE, load_benchmark, serial_inductor  # noqa: E402
 
 from fp8advisor.cli import app  # noqa: E402
-from fp8advisor.results import SCHEMA  # noqa: E402
+from fp8advisor.measure.results import SCHEMA  # noqa: E402
 
 HAS_FP8_GPU = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
 runner = CliRunner()
@@ -140,7 +140,7 @@ def test_bad_options_exit_2(tmp_path, arguments, message):
 
 
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, monkeypatch):
-    from fp8advisor import bench
+    from fp8advisor.measure import sweep as bench
 
     def interrupted_sweep(grid, out, settings, **kwargs):
         summary = bench.SweepSummary(grid=grid, path=None, run_id="r", total_points=8, skipped_points=3)

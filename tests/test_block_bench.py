@@ -1,5 +1,5 @@
-"""`fp8advisor bench --model` (fp8advisor.block_bench): the emulated pipeline end to end, resume, the time
-budget, failures, and how the results are read back."""
+"""`fp8advisor bench --model` (fp8advisor.measure.in_context): the emulated pipeline end to end, resume, the
+time budget, failures, and how the results are read back."""
 
 from __future__ import annotations
 
@@ -10,15 +10,16 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fp8advisor.bench import BenchSettings
-from fp8advisor.block_bench import run_block_sweep, seed_sets
-from fp8advisor.blocks import discover_blocks
+from fp8advisor.advice.seeds import seed_sets
 from fp8advisor.cli import app
 from fp8advisor.errors import ResultsError
+from fp8advisor.inspect.blocks import discover_blocks
+from fp8advisor.inspect.target import load_model
+from fp8advisor.measure.block_search import Timing
+from fp8advisor.measure.in_context import run_block_sweep
+from fp8advisor.measure.results import read_run, runs_in
+from fp8advisor.measure.sweep import BenchSettings
 from fp8advisor.paths import MODELS_DIR
-from fp8advisor.results import read_run, runs_in
-from fp8advisor.search import Timing
-from fp8advisor.target import load_model
 
 runner = CliRunner()
 LLAMA = f"{MODELS_DIR / 'llama3.py'}:build_model"
@@ -63,7 +64,7 @@ def tiny(tmp_path) -> str:
 
 
 def sweep(target: str, out: Path, seq: int = 16, **options):
-    from fp8advisor.profile import select_profile
+    from fp8advisor.predict.profile import select_profile
 
     discovery = discover_blocks(load_model(target, "meta"), batch=1, seq=seq)
     choice = select_profile("h100-roofline")
@@ -161,8 +162,8 @@ def synthetic_ms(variant: frozenset) -> float:
 @pytest.fixture
 def synthetic(monkeypatch):
     """UnitBench.measure answers from `synthetic_ms` (blocks are still built and checked for real)."""
-    import fp8advisor.block_bench
-    from fp8advisor.bench import Measurement
+    import fp8advisor.measure.in_context
+    from fp8advisor.measure.sweep import Measurement
 
     measured = []
 
@@ -172,7 +173,7 @@ def synthetic(monkeypatch):
         wall = {"median": ms / 1e3, "p20": (ms - 0.01) / 1e3, "p80": (ms + 0.01) / 1e3, "iterations": 5}
         return Measurement(kernel_time_s=None, wall_time_s=wall, peak_memory_bytes=None, sqnr_db=None)
 
-    monkeypatch.setattr(fp8advisor.block_bench.UnitBench, "measure", measure)
+    monkeypatch.setattr(fp8advisor.measure.in_context.UnitBench, "measure", measure)
     return measured
 
 
@@ -276,16 +277,16 @@ def test_bench_model_says_which_earlier_run_it_did_not_reuse(tiny, tmp_path, syn
 
 
 def test_a_block_that_fails_is_recorded_and_the_sweep_goes_on(tiny, tmp_path, monkeypatch):
-    import fp8advisor.block_bench
+    import fp8advisor.measure.in_context
 
-    real = fp8advisor.block_bench.materialize
+    real = fp8advisor.measure.in_context.materialize
 
     def out_of_memory(module, **kwargs):
         if type(module).__name__ == "Block":
             raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB\nmore detail")
         return real(module, **kwargs)
 
-    monkeypatch.setattr(fp8advisor.block_bench, "materialize", out_of_memory)
+    monkeypatch.setattr(fp8advisor.measure.in_context, "materialize", out_of_memory)
     out = tmp_path / "out"
     _, summary = sweep(tiny, out)
     assert summary.failed_units == {
@@ -298,16 +299,16 @@ def test_a_block_that_fails_is_recorded_and_the_sweep_goes_on(tiny, tmp_path, mo
 
 
 def test_a_block_whose_float8_variants_all_fail_gets_no_choice(tiny, tmp_path, monkeypatch, synthetic):
-    import fp8advisor.block_bench
+    import fp8advisor.measure.in_context
 
-    measure = fp8advisor.block_bench.UnitBench.measure
+    measure = fp8advisor.measure.in_context.UnitBench.measure
 
     def no_float8(self, recipe, variant):
         if variant:
             raise NotImplementedError("this recipe does not run here")
         return measure(self, recipe, variant)
 
-    monkeypatch.setattr(fp8advisor.block_bench.UnitBench, "measure", no_float8)
+    monkeypatch.setattr(fp8advisor.measure.in_context.UnitBench, "measure", no_float8)
     out = tmp_path / "out"
     _, summary = sweep(tiny, out)
     assert choices_of(out) == {}  # bf16 is not a measured decision when nothing was measured against it
@@ -320,34 +321,34 @@ def test_a_block_whose_float8_variants_all_fail_gets_no_choice(tiny, tmp_path, m
 def test_a_block_that_cannot_be_built_on_resume_records_no_variant_as_failed(
     tiny, tmp_path, monkeypatch, synthetic
 ):
-    import fp8advisor.block_bench
-    from fp8advisor.block_bench import BlockSweepInterrupted
+    import fp8advisor.measure.in_context
+    from fp8advisor.measure.in_context import BlockSweepInterrupted
 
-    measure = fp8advisor.block_bench.UnitBench.measure
+    measure = fp8advisor.measure.in_context.UnitBench.measure
 
     def stop_after_bf16(self, recipe, variant):
         if variant:
             raise KeyboardInterrupt  # Ctrl-C once the block's bf16 time is saved
         return measure(self, recipe, variant)
 
-    monkeypatch.setattr(fp8advisor.block_bench.UnitBench, "measure", stop_after_bf16)
+    monkeypatch.setattr(fp8advisor.measure.in_context.UnitBench, "measure", stop_after_bf16)
     out = tmp_path / "out"
     with pytest.raises(BlockSweepInterrupted) as stopped:
         sweep(tiny, out)
     assert [(r["block"], r["recipe"]) for r in stopped.value.summary.records] == [("blocks.{0..1}", "bf16")]
-    monkeypatch.setattr(fp8advisor.block_bench.UnitBench, "measure", measure)
-    real = fp8advisor.block_bench.materialize
+    monkeypatch.setattr(fp8advisor.measure.in_context.UnitBench, "measure", measure)
+    real = fp8advisor.measure.in_context.materialize
 
     def flaky(module, **kwargs):
         raise RuntimeError("CUDA out of memory (another process holds the GPU)")
 
-    monkeypatch.setattr(fp8advisor.block_bench, "materialize", flaky)
+    monkeypatch.setattr(fp8advisor.measure.in_context, "materialize", flaky)
     _, second = sweep(tiny, out)
     assert second.failed_units["blocks.{0..1}"].startswith("building the block failed: RuntimeError")
     assert [
         r for r in second.records if r["block"] == "blocks.{0..1}"
     ] == []  # nothing saved against a variant
-    monkeypatch.setattr(fp8advisor.block_bench, "materialize", real)
+    monkeypatch.setattr(fp8advisor.measure.in_context, "materialize", real)
     _, third = sweep(tiny, out)
     assert ("blocks.{0..1}", "tensorwise") in choices_of(out)
     # the head's bf16 failed to build in the second run: that is its recorded outcome, as a grid point's is
@@ -370,7 +371,7 @@ def test_bench_model_refuses_grid_options(tiny):
 
 
 def test_fit_of_no_grid_is_refused_even_through_load_results(tmp_path):
-    from fp8advisor.fit import load_measurements
+    from fp8advisor.predict.fit import load_measurements
 
     with pytest.raises(ResultsError):
         load_measurements([tmp_path / "missing"])

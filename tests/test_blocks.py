@@ -1,13 +1,21 @@
-"""Block discovery for `bench --model` (fp8advisor.blocks): one unit per distinct block, with its input."""
+"""Block discovery for `bench --model` (fp8advisor.inspect.blocks): one unit per distinct block, with its
+input."""
 
 from __future__ import annotations
 
 import pytest
 
-from fp8advisor.blocks import BLOCK, HEAD, discover_blocks, make_inputs, materialize, model_fingerprint
 from fp8advisor.errors import TargetError
+from fp8advisor.inspect.blocks import (
+    BLOCK,
+    HEAD,
+    discover_blocks,
+    make_inputs,
+    materialize,
+    model_fingerprint,
+)
+from fp8advisor.inspect.target import load_model
 from fp8advisor.paths import MODELS_DIR
-from fp8advisor.target import load_model
 
 
 def discover(target: str, batch: int = 1, seq: int = 64):

@@ -1,4 +1,4 @@
-"""fp8advisor.census: the op census of the traced forward, each figure against a hand computation.
+"""fp8advisor.inspect.census: the op census of the traced forward, each figure against a hand computation.
 
 Pricing in every test (see census.py): a floating-point element costs 2 bytes (the models are built in float32
 on meta; the census prices a bf16 step), an int64 token id 8.
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fp8advisor.census import AttentionCall, MatmulCall, MemoryRegion, OpCensus
-from fp8advisor.layers import ModelLayers, inspect_model
+from fp8advisor.inspect.census import AttentionCall, MatmulCall, MemoryRegion, OpCensus
+from fp8advisor.inspect.layers import ModelLayers, inspect_model
 from fp8advisor.paths import MODELS_DIR
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -448,16 +448,16 @@ def test_hugging_face_eager_attention_is_noted():
 
 
 def test_an_op_the_census_cannot_read_ends_the_census_not_the_trace(tmp_path, monkeypatch):
-    import fp8advisor.census
+    import fp8advisor.inspect.census
 
-    real = fp8advisor.census._classify
+    real = fp8advisor.inspect.census._classify
 
     def failing(func, gemm_ops):
         if func.overloadpacket.__name__ == "silu":
             raise ValueError("an op nobody foresaw")
         return real(func, gemm_ops)
 
-    monkeypatch.setattr(fp8advisor.census, "_classify", failing)
+    monkeypatch.setattr(fp8advisor.inspect.census, "_classify", failing)
     inspected = inspect_model(str(write_model(tmp_path, MLP)), batch=2, seq=8)
     assert len(inspected.layers) == 2  # the layer table is whole
     census = inspected.census
@@ -471,12 +471,12 @@ def test_an_op_the_census_cannot_read_ends_the_census_not_the_trace(tmp_path, mo
 
 
 def test_an_attention_call_the_census_cannot_read_ends_the_census_not_the_trace(tmp_path, monkeypatch):
-    import fp8advisor.census
+    import fp8advisor.inspect.census
 
     def failing(*args):
         raise ValueError("a layout nobody foresaw")
 
-    monkeypatch.setattr(fp8advisor.census.CensusTracer, "_attention_call", failing)
+    monkeypatch.setattr(fp8advisor.inspect.census.CensusTracer, "_attention_call", failing)
     body = (
         ATTENTION
         + """

@@ -333,12 +333,12 @@ def test_a_moved_attribute_of_a_torch_object_fails_likewise(call, name):
 
 
 def test_a_moved_dynamo_wrapper_degrades_inspection_only(monkeypatch):
-    from fp8advisor import target
+    from fp8advisor.inspect import sandbox
 
     monkeypatch.delattr(torch, "_disable_dynamo")
     monkeypatch.setattr(compat, "dynamo_imported", lambda: False)  # as in a fresh `layers` process
     compat.dynamo_disabled_functions.cache_clear()
-    with target.redirect_devices("meta"):  # `_skip_dynamo_import` patches nothing, and builds anyway
+    with sandbox.redirect_devices("meta"):  # `_skip_dynamo_import` patches nothing, and builds anyway
         assert nn.Linear(8, 8).weight.is_meta
     compat.dynamo_disabled_functions.cache_clear()
 

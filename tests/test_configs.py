@@ -1,4 +1,5 @@
-"""fp8advisor.configs: each framework's config file read as the framework reads it, with its exact rule."""
+"""fp8advisor.frameworks.reader: each framework's config file read as the framework reads it, with its exact
+rule."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import pytest
 import torch
 from torch import nn
 
-from fp8advisor.configs import AUTO_FILTER_FLAG, read_config
 from fp8advisor.errors import ConfigError
-from fp8advisor.formats import ConfigFormat
+from fp8advisor.frameworks.formats import ConfigFormat
+from fp8advisor.frameworks.reader import AUTO_FILTER_FLAG, read_config
 from fp8advisor.recipes import Recipe
 
 

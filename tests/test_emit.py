@@ -16,13 +16,15 @@ import yaml
 sys.path.insert(0, str(Path(__file__).parent))
 from _advice_helpers import StubChoice, StubPredictor, llama_layers, prefix_conflict_layers  # noqa: E402
 
-from fp8advisor import __version__, configs  # noqa: E402
-from fp8advisor.advise import advise  # noqa: E402
-from fp8advisor.emit import Request, check, render, write  # noqa: E402
+from fp8advisor import __version__
+from fp8advisor.advice.decide import advise  # noqa: E402
+from fp8advisor.emit.writer import check, render, write  # noqa: E402
 from fp8advisor.errors import ConfigError  # noqa: E402
-from fp8advisor.filters import Framework, converted_by_framework  # noqa: E402
-from fp8advisor.formats import FILE_FORMATS, ConfigFormat  # noqa: E402
+from fp8advisor.frameworks import reader as configs  # noqa: E402
+from fp8advisor.frameworks.filters import Framework, converted_by_framework  # noqa: E402
+from fp8advisor.frameworks.formats import FILE_FORMATS, ConfigFormat  # noqa: E402
 from fp8advisor.paths import MODELS_DIR  # noqa: E402
+from fp8advisor.request import SuggestRequest  # noqa: E402
 
 try:
     import tomllib
@@ -46,7 +48,7 @@ def _advice(model, recipe="rowwise"):
 @pytest.fixture(scope="module")
 def llama():
     model = llama_layers(80)
-    return model, _advice(model), Request(TARGET, 1, 8192, recipe="rowwise", profile="h100-published")
+    return model, _advice(model), SuggestRequest(TARGET, 1, 8192, recipe="rowwise", profile="h100-published")
 
 
 def _exact_set(text: str) -> set[str]:
@@ -119,7 +121,7 @@ def test_torchtitan_py(llama):
 def test_torchtitan_py_has_no_tensorwise():
     advice = _advice(llama_layers(1), recipe="tensorwise")
     with pytest.raises(ConfigError, match="no tensorwise"):
-        render(advice, "torchtitan-py", Request("m.py", 1, 8192))
+        render(advice, "torchtitan-py", SuggestRequest("m.py", 1, 8192))
 
 
 def test_nemo_automodel(llama):
@@ -135,7 +137,7 @@ def test_nemo_automodel(llama):
 
 def test_nemo_automodel_writes_tensorwise_explicitly():
     data = yaml.safe_load(
-        render(_advice(llama_layers(1), "tensorwise"), "nemo-automodel", Request("m.py", 1, 8192))
+        render(_advice(llama_layers(1), "tensorwise"), "nemo-automodel", SuggestRequest("m.py", 1, 8192))
     )
     assert data["fp8"]["recipe_name"] == "tensorwise"  # null would skip NeMo's FSDP scale precompute
 
@@ -168,9 +170,9 @@ def test_python_formats_exact_despite_prefix_conflict():
     model = prefix_conflict_layers()
     advice = _advice(model)
     for fmt, name in (("accelerate", "module_filter_func"), ("torchao", "module_filter_fn")):
-        text = render(advice, fmt, Request("prefix_model.py", 1, 8192))
+        text = render(advice, fmt, SuggestRequest("prefix_model.py", 1, 8192))
         assert _run_filter(text, name, model.linear_fqns()) == {"blocks.0.ff2", "blocks.0.proj"}
-    header = render(advice, "torchtitan-toml", Request("prefix_model.py", 1, 8192)).splitlines()[3]
+    header = render(advice, "torchtitan-toml", SuggestRequest("prefix_model.py", 1, 8192)).splitlines()[3]
     assert "no substring list can be exact" in header
 
 
@@ -211,7 +213,7 @@ def test_header_and_determinism(llama, fmt):
 
 def test_check_command_pins_the_chosen_profile(llama):
     model, advice, _ = llama
-    text = render(advice, "filter", Request(TARGET, 1, 8192, recipe="auto"))  # no --profile typed
+    text = render(advice, "filter", SuggestRequest(TARGET, 1, 8192, recipe="auto"))  # no --profile typed
     check_line = text.splitlines()[4]
     assert "--profile stub-profile" in check_line and "--recipe auto" in check_line
 
@@ -232,7 +234,8 @@ def test_write_and_check(tmp_path, llama):
 
 
 def test_read_back_by_verify_reader(tmp_path, llama):
-    """verify's reader (fp8advisor.configs) decides, layer by layer, exactly the advice for every format."""
+    """verify's reader (fp8advisor.frameworks.reader) decides, layer by layer, exactly the advice for every
+    format."""
     import torch
     from torch import nn
 
@@ -259,7 +262,7 @@ EXAMPLE_MODELS = sorted(p.name for p in MODELS_DIR.glob("*.py"))
 
 @pytest.fixture(scope="module")
 def inspected():
-    from fp8advisor.layers import inspect_model
+    from fp8advisor.inspect.layers import inspect_model
 
     cache = {}
 
@@ -285,7 +288,7 @@ def test_example_models_every_format_converts_the_advice(tmp_path, inspected, na
         device_capability=None,
         compare_torchao_auto=False,
     )
-    request = Request(f"data/models/{name}", 1, 256, recipe="rowwise")
+    request = SuggestRequest(f"data/models/{name}", 1, 256, recipe="rowwise")
     advised = set(advice.convert_fqns)
     substring_result = set(advice.filter_list.converted)
     # exact, or (a prefix conflict) the advice less the layers kept in bf16 as the safe choice, and said so
@@ -314,14 +317,14 @@ def test_exact_filters_name_a_shared_module_under_each_of_its_names():
     """torchao swaps a module once per parent that holds it: FLOAT8_LAYERS must name it under both."""
     from _advice_helpers import layer
 
-    from fp8advisor.layers import ModelLayers
+    from fp8advisor.inspect.layers import ModelLayers
 
     shared = replace(layer("blocks.0.shared", 8192, 8192), aliases=("blocks.1.shared",))
     model = ModelLayers("shared.py", 1, 8192, (shared, layer("blocks.0.own", 256, 256)))
     advice = _advice(model)
     assert advice.convert_fqns == ("blocks.0.shared",)
     for fmt in ("torchao", "accelerate"):
-        text = render(advice, fmt, Request("shared.py", 1, 8192))
+        text = render(advice, fmt, SuggestRequest("shared.py", 1, 8192))
         assert _exact_set(text) == {"blocks.0.shared", "blocks.1.shared"}, fmt
 
 
@@ -349,7 +352,7 @@ def test_nothing_worth_converting_leaves_fp8_off_and_says_why():
         compare_torchao_auto=False,
     )
     assert advice.convert_fqns == ()
-    request = Request("m.py", 1, 8192, recipe="rowwise", min_speedup=50.0)
+    request = SuggestRequest("m.py", 1, 8192, recipe="rowwise", min_speedup=50.0)
     texts = {fmt: render(advice, fmt, request) for fmt in SWITCHED_OFF_FORMATS}
     for fmt, text in texts.items():
         why = text.splitlines()[3]

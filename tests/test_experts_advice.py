@@ -15,10 +15,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from _advice_helpers import StubChoice, StubPredictor, layer, modelled_choice  # noqa: E402
 
-from fp8advisor.advise import advise, check_expert_imbalance, check_expert_parallel  # noqa: E402
+from fp8advisor.advice.decide import advise, check_expert_imbalance, check_expert_parallel  # noqa: E402
 from fp8advisor.errors import AdvisorError  # noqa: E402
-from fp8advisor.layers import ExpertForm, ExpertGemm, ExpertGroup, LayerStatus, ModelLayers  # noqa: E402
-from fp8advisor.predict import GroupTimes  # noqa: E402
+from fp8advisor.inspect.layers import ExpertForm, ExpertGemm, ExpertGroup, LayerStatus, ModelLayers  # noqa: E402
+from fp8advisor.predict.speedup import GroupTimes  # noqa: E402
 from fp8advisor.recipes import Recipe  # noqa: E402
 
 TOKENS = 8192
@@ -294,14 +294,14 @@ def test_dense_model_has_no_expert_output():
 
 
 def _census():
-    from fp8advisor.census import OpCensus
+    from fp8advisor.inspect.census import OpCensus
 
     return OpCensus(tokens=TOKENS, attention=(), matmuls=(), regions=(), output_shape=None, complete=True)
 
 
 def test_step_counts_grouped_experts_once_per_strategy():
-    from fp8advisor.roofline import GpuSpecs
-    from fp8advisor.step import Calibration, StepConfig, StepGpu, step_report
+    from fp8advisor.advice.step import Calibration, StepConfig, StepGpu, step_report
+    from fp8advisor.predict.roofline import GpuSpecs
 
     model = replace(grouped_moe(blocks=1), census=_census(), parameter_count=0)
     advice = _advise(model, expert_predictor=StubExperts(speedup=2.0), compare_torchao_auto=True)
@@ -327,8 +327,7 @@ def test_step_counts_grouped_experts_once_per_strategy():
 
 
 def test_step_full_ac_recomputes_the_experts_forward():
-    from fp8advisor.roofline import GpuSpecs
-    from fp8advisor.step import (
+    from fp8advisor.advice.step import (
         LINEAR_FORWARD_SHARE,
         Calibration,
         Checkpointing,
@@ -336,6 +335,7 @@ def test_step_full_ac_recomputes_the_experts_forward():
         StepGpu,
         predict_step,
     )
+    from fp8advisor.predict.roofline import GpuSpecs
 
     model = replace(grouped_moe(blocks=1), census=_census(), parameter_count=0)
     advice = _advise(model, expert_predictor=StubExperts(speedup=2.0))
@@ -350,7 +350,7 @@ def test_step_full_ac_recomputes_the_experts_forward():
 
 
 def test_break_even_rescales_the_expert_groups():
-    from fp8advisor.step import scale_layers
+    from fp8advisor.advice.step import scale_layers
 
     model = grouped_moe(blocks=1)
     scaled = scale_layers(model, 2 * TOKENS)
@@ -363,13 +363,15 @@ def test_break_even_rescales_the_expert_groups():
 
 @pytest.fixture
 def moe_world(monkeypatch):
-    import fp8advisor.layers
-    import fp8advisor.profile
+    import fp8advisor.inspect.layers
+    import fp8advisor.predict.profile
 
     model = replace(grouped_moe(blocks=3), census=_census(), parameter_count=10**9)
-    monkeypatch.setattr(fp8advisor.layers, "inspect_model", lambda target, **kw: model)
-    monkeypatch.setattr(fp8advisor.profile, "select_profile", lambda requested=None, **kw: modelled_choice())
-    monkeypatch.setattr("fp8advisor.advise._detect_capability", lambda: None)
+    monkeypatch.setattr(fp8advisor.inspect.layers, "inspect_model", lambda target, **kw: model)
+    monkeypatch.setattr(
+        fp8advisor.predict.profile, "select_profile", lambda requested=None, **kw: modelled_choice()
+    )
+    monkeypatch.setattr("fp8advisor.advice.decide._detect_capability", lambda: None)
     return model
 
 
@@ -442,8 +444,8 @@ def test_experts_share_line_marks_its_figures_modelled_even_with_measured_speedu
 
 
 def test_step_experts_float8_seconds_are_modelled_whatever_the_speedups_provenance():
-    from fp8advisor.roofline import GpuSpecs
-    from fp8advisor.step import Calibration, StepConfig, StepGpu, step_report
+    from fp8advisor.advice.step import Calibration, StepConfig, StepGpu, step_report
+    from fp8advisor.predict.roofline import GpuSpecs
 
     model = replace(grouped_moe(blocks=1), census=_census(), parameter_count=0)
     advice = _advise(model, expert_predictor=StubExperts(speedup=2.0, provenance="measured"))
@@ -458,8 +460,8 @@ def test_step_experts_float8_seconds_are_modelled_whatever_the_speedups_provenan
 
 
 def test_step_says_which_expert_groups_it_leaves_out():
-    from fp8advisor.roofline import GpuSpecs
-    from fp8advisor.step import Calibration, StepConfig, StepGpu, step_report
+    from fp8advisor.advice.step import Calibration, StepConfig, StepGpu, step_report
+    from fp8advisor.predict.roofline import GpuSpecs
 
     model = replace(grouped_moe(blocks=1, M_total=None, top_k=None), census=_census(), parameter_count=0)
     advice = _advise(model)
@@ -526,7 +528,7 @@ def _deepseek_like(blocks: int = 1) -> ModelLayers:
 
 def _grouped_roofline_speedup(E_local: int, M_per_expert: float) -> float:
     """By hand: the grouped roofline's bf16 / float8 time over w1, w2, w3 of E_local experts, balanced."""
-    from fp8advisor.roofline import GPU_SPECS, grouped_fwd_bwd_time_s
+    from fp8advisor.predict.roofline import GPU_SPECS, grouped_fwd_bwd_time_s
 
     rows = [M_per_expert] * E_local
     shapes = [(7168, 2048), (2048, 7168), (7168, 2048)]
@@ -551,8 +553,8 @@ def test_expert_parallel_flips_the_deepseek_v3_experts_to_float8():
 def test_expert_parallel_imbalance_range_is_over_the_local_experts():
     """--expert-imbalance 2 at --ep 4: the busiest of the 16 local experts gets 2 x 3072 rows, the other 15
     share the rest (`routed_rows(49152, 16, f)`), sampled from 1 to 2 as without EP."""
-    from fp8advisor.predict import IMBALANCE_SAMPLES
-    from fp8advisor.roofline import GPU_SPECS, grouped_fwd_bwd_time_s, routed_rows
+    from fp8advisor.predict.roofline import GPU_SPECS, grouped_fwd_bwd_time_s, routed_rows
+    from fp8advisor.predict.speedup import IMBALANCE_SAMPLES
 
     advice = advise(
         grouped_moe(blocks=1),
@@ -619,9 +621,9 @@ def test_expert_parallel_on_a_dense_model_has_no_effect_and_says_so():
 def test_step_prices_the_experts_per_gpu_and_its_break_even_keeps_P(monkeypatch):
     """The step's expert terms are the per-GPU grouped roofline times (16 local experts at 3072 rows), and
     the break-even re-decides the experts with the same --ep."""
-    import fp8advisor.advise as advise_module
-    from fp8advisor.roofline import GPU_SPECS, GpuSpecs, grouped_fwd_bwd_time_s
-    from fp8advisor.step import Calibration, StepConfig, StepGpu, step_report
+    import fp8advisor.advice.decide as advise_module
+    from fp8advisor.advice.step import Calibration, StepConfig, StepGpu, step_report
+    from fp8advisor.predict.roofline import GPU_SPECS, GpuSpecs, grouped_fwd_bwd_time_s
 
     model = replace(grouped_moe(blocks=1), census=_census(), parameter_count=0)
     advice = advise(model, modelled_choice(), "rowwise", expert_parallel=4, device_capability=None)
@@ -639,7 +641,7 @@ def test_step_prices_the_experts_per_gpu_and_its_break_even_keeps_P(monkeypatch)
 
 
 def test_suggest_shows_and_writes_the_expert_parallel_degree(moe_world, tmp_path):
-    from fp8advisor.formats import read_header
+    from fp8advisor.frameworks.formats import read_header
 
     result = _suggest("--ep", "4")
     assert result.exit_code == 0, result.output
@@ -661,11 +663,12 @@ def test_suggest_shows_and_writes_the_expert_parallel_degree(moe_world, tmp_path
     assert "E 64 (16 per GPU, --ep 4), top_k 6, 3072 rows per expert" in " ".join(
         text.replace("#", "").split()
     )
-    assert read_header(text).expert_parallel == 4
+    assert read_header(text).request.expert_parallel == 4
     assert _suggest("--ep", "4", "--format", "torchtitan-py", "--check", str(path)).exit_code == 0
     assert _suggest("--ep", "2", "--format", "torchtitan-py", "--check", str(path)).exit_code == 1
     path.write_text(text.replace("--ep 4 ", ""))
-    assert read_header(path.read_text()).expert_parallel is None
+    header = read_header(path.read_text())
+    assert header.written()["expert_parallel"] is None and header.request.expert_parallel == 1
 
 
 @pytest.mark.parametrize(

@@ -19,13 +19,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _advice_helpers import StubChoice, StubPredictor  # noqa: E402
 from _verify_helpers import advise_with_predictor, predictor  # noqa: E402
 
-from fp8advisor import configs, verify  # noqa: E402
-from fp8advisor.advise import ExpertAdvice, advise  # noqa: E402
-from fp8advisor.emit import Request, expert_notes, format_warnings, render  # noqa: E402
-from fp8advisor.formats import ConfigFormat  # noqa: E402
-from fp8advisor.layers import inspect_model  # noqa: E402
+from fp8advisor.advice.decide import ExpertAdvice, advise  # noqa: E402
+from fp8advisor.emit.writer import expert_notes, format_warnings, render  # noqa: E402
+from fp8advisor.frameworks import reader as configs
+from fp8advisor.frameworks.formats import ConfigFormat  # noqa: E402
+from fp8advisor.inspect.layers import inspect_model  # noqa: E402
 from fp8advisor.paths import MODELS_DIR  # noqa: E402
 from fp8advisor.recipes import Recipe  # noqa: E402
+from fp8advisor.request import SuggestRequest  # noqa: E402
+from fp8advisor.verification import verifier as verify  # noqa: E402
 
 try:
     import tomllib
@@ -96,8 +98,8 @@ def comments(text: str) -> str:
     return " ".join(line.lstrip("# ") for line in text.splitlines() if line.startswith("#"))
 
 
-def request(target: str) -> Request:
-    return Request(target, 1, SEQ, recipe="rowwise", profile="stub")
+def request(target: str) -> SuggestRequest:
+    return SuggestRequest(target, 1, SEQ, recipe="rowwise", profile="stub")
 
 
 # ------------------------------------------------------------------------------------------ torchtitan 0.3
@@ -225,7 +227,7 @@ def test_router_converted_by_a_hand_built_advice_is_warned(moe_advice):
 
 def converted_by_torchao_file(text: str, tmp_path: Path):
     """Run the emitted file's convert_model on the small MoE model built on the meta device."""
-    from fp8advisor.target import load_model
+    from fp8advisor.inspect.target import load_model
 
     path = tmp_path / "convert.py"
     path.write_text(text)
@@ -343,7 +345,8 @@ def run_verify(monkeypatch, config: Path, groups):
     """verify the small MoE model against `config`, its advice given the expert decisions `groups`."""
     real = verify._advice_for
     monkeypatch.setattr(verify, "_advice_for", lambda *a, **k: replace(real(*a, **k), experts=groups))
-    return verify.verify(MOE, config, batch=1, seq=SEQ, predictor=predictor, real_model_max_parameters=0)
+    request = SuggestRequest(MOE, 1, SEQ)
+    return verify.verify(request, config, predictor=predictor, real_model_max_parameters=0)
 
 
 @pytest.fixture

@@ -12,9 +12,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from _verify_helpers import advise_with_predictor  # noqa: E402
 
-from fp8advisor import configs, verify  # noqa: E402
-from fp8advisor.emit import Request, format_warnings, render  # noqa: E402
-from fp8advisor.layers import inspect_model  # noqa: E402
+from fp8advisor.emit.writer import format_warnings, render  # noqa: E402
+from fp8advisor.frameworks import reader as configs
+from fp8advisor.inspect.layers import inspect_model  # noqa: E402
+from fp8advisor.request import SuggestRequest  # noqa: E402
+from fp8advisor.verification import verifier as verify  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "moe_layouts.py"
 SEQ = 256
@@ -27,8 +29,8 @@ def _advice(target: str, convert_experts: bool = True):
     return layers, replace(advice, experts=experts)
 
 
-def _request(target: str) -> Request:
-    return Request(f"{FIXTURE}:{target}", 1, SEQ, recipe="rowwise", profile="stub")
+def _request(target: str) -> SuggestRequest:
+    return SuggestRequest(f"{FIXTURE}:{target}", 1, SEQ, recipe="rowwise", profile="stub")
 
 
 @pytest.fixture(scope="module")
@@ -167,13 +169,10 @@ def test_one_name_for_the_grouped_form_and_the_torchtitan_0_2_converter():
     """Each is spelled once in the package: the converter's name in formats, the form's word in layers."""
     import fp8advisor
 
-    sources = {
-        path.name: path.read_text()
-        for path in Path(fp8advisor.__file__).parent.glob("*.py")
-        if path.is_file()
-    }
+    package = Path(fp8advisor.__file__).parent
+    sources = {path.relative_to(package).as_posix(): path.read_text() for path in package.rglob("*.py")}
     assert [name for name, text in sources.items() if '"quantize.grouped_mm.float8"' in text] == [
-        "formats.py"
+        "frameworks/formats.py"
     ]
-    for name in ("formats.py", "emit.py", "configs.py", "verify.py"):
+    for name in (name for name in sources if name.split("/")[0] in ("frameworks", "emit", "verification")):
         assert '= "grouped"' not in sources[name] and '== "grouped"' not in sources[name], name

@@ -11,10 +11,10 @@ from typer.testing import CliRunner
 
 from fp8advisor.cli import app
 from fp8advisor.errors import ResultsError
-from fp8advisor.fit import KNRule, _best_rule, fit_profile, leave_one_out, threshold_table
 from fp8advisor.paths import RESULTS_DIR
-from fp8advisor.profile import PROFILE_DIR_ENV, SpeedupPoint, dumps_profile, load_profile
-from fp8advisor.roofline import GPU_SPECS, roofline_speedup
+from fp8advisor.predict.fit import KNRule, _best_rule, fit_profile, leave_one_out, threshold_table
+from fp8advisor.predict.profile import PROFILE_DIR_ENV, SpeedupPoint, dumps_profile, load_profile
+from fp8advisor.predict.roofline import GPU_SPECS, roofline_speedup
 
 TABLE = RESULTS_DIR / "torchao_rowwise_h100_2025-06.csv"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "fit"

@@ -1,12 +1,13 @@
-"""fp8advisor.formats: one enum for the formats suggest writes, verify reads and filters simulates."""
+"""fp8advisor.frameworks.formats: one enum for the formats suggest writes, verify reads and filters
+simulates."""
 
 from __future__ import annotations
 
 import pytest
 
 from fp8advisor.errors import ConfigError
-from fp8advisor.filters import SUBSTRING_FRAMEWORKS, Framework, parse_framework
-from fp8advisor.formats import FILE_FORMATS, SUBSTRING_FORMATS, ConfigFormat, parse_format
+from fp8advisor.frameworks.filters import SUBSTRING_FRAMEWORKS, Framework, parse_framework
+from fp8advisor.frameworks.formats import FILE_FORMATS, SUBSTRING_FORMATS, ConfigFormat, parse_format
 
 
 @pytest.mark.parametrize(

@@ -17,14 +17,26 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 from _bench_helpers import serial_inductor  # noqa: E402
 
-from fp8advisor import bench, compat, grouped_bench  # noqa: E402
-from fp8advisor.bench import Measurement  # noqa: E402
+from fp8advisor import compat
 from fp8advisor.cli import app  # noqa: E402
 from fp8advisor.errors import ProfileError  # noqa: E402
-from fp8advisor.fit import fit_profile, grouped_leave_one_out  # noqa: E402
-from fp8advisor.grouped_bench import GroupedPoint, make_grouped_grid  # noqa: E402
-from fp8advisor.grouped_model import GroupedModel  # noqa: E402
-from fp8advisor.profile import (  # noqa: E402
+from fp8advisor.measure import grouped as grouped_bench  # noqa: E402
+from fp8advisor.measure import sweep as bench
+from fp8advisor.measure.grouped import GroupedPoint, make_grouped_grid  # noqa: E402
+from fp8advisor.measure.results import (  # noqa: E402
+    GROUPED_WORKLOAD,
+    RunWriter,
+    load_results,
+    make_header,
+    new_run_id,
+    pair_with_baseline,
+    utc_now,
+)
+from fp8advisor.measure.schedule import FINISH_RESERVE_S  # noqa: E402
+from fp8advisor.measure.sweep import Measurement  # noqa: E402
+from fp8advisor.predict.fit import fit_profile, grouped_leave_one_out  # noqa: E402
+from fp8advisor.predict.grid import GroupedModel  # noqa: E402
+from fp8advisor.predict.profile import (  # noqa: E402
     PROFILE_DIR_ENV,
     GroupedProfile,
     GroupedSpeedupPoint,
@@ -34,16 +46,6 @@ from fp8advisor.profile import (  # noqa: E402
     save_profile,
     select_profile,
 )
-from fp8advisor.results import (  # noqa: E402
-    GROUPED_WORKLOAD,
-    RunWriter,
-    load_results,
-    make_header,
-    new_run_id,
-    pair_with_baseline,
-    utc_now,
-)
-from fp8advisor.schedule import FINISH_RESERVE_S  # noqa: E402
 
 runner = CliRunner()
 
@@ -264,7 +266,7 @@ def test_grouped_points_order_and_memory_estimate():
     assert small.key == (8, 128, 768, 768, "bf16") and small.shape == (8, 128, 768, 768)
     assert large.estimated_peak_bytes() > small.estimated_peak_bytes()
     assert GroupedPoint(8, 128, 768, 768, "rowwise").estimated_peak_bytes() > small.estimated_peak_bytes()
-    from fp8advisor.precompile import estimated_peak_bytes
+    from fp8advisor.measure.precompile import estimated_peak_bytes
 
     assert estimated_peak_bytes(large) == large.estimated_peak_bytes()
 
@@ -426,7 +428,7 @@ def test_grouped_profile_round_trips_and_old_profiles_load_unchanged(grouped_fit
     # a profile without a grouped section writes none and reads back without one
     plain = Profile.from_json({k: v for k, v in json.loads(path.read_text()).items() if k != "grouped"})
     assert plain.grouped is None and "grouped" not in plain.to_json()
-    from fp8advisor.profile import list_profiles
+    from fp8advisor.predict.profile import list_profiles
 
     for shipped in list_profiles(include_user=False):
         assert shipped.grouped is None
@@ -490,8 +492,8 @@ def test_a_grouped_only_profile_does_not_replace_the_linear_profile_but_answers_
 def test_suggest_predicts_experts_from_a_grouped_only_profile_selected_for_the_gpu(grouped_fit, user_dir):
     """The selection finds a grouped-only user profile beside the Linear profile, and the expert prediction
     takes its measured figure rather than the roofline."""
-    from fp8advisor.layers import ExpertForm, ExpertGemm, ExpertGroup
-    from fp8advisor.predict import predict_expert_group
+    from fp8advisor.inspect.layers import ExpertForm, ExpertGemm, ExpertGroup
+    from fp8advisor.predict.speedup import predict_expert_group
 
     save_profile(grouped_fit.profile, user_dir / "grouped.json")
     choice = select_profile(device_name=H100)
@@ -512,7 +514,7 @@ def test_suggest_predicts_experts_from_a_grouped_only_profile_selected_for_the_g
 
 
 def test_results_identify_grouped_points_by_e_m_per_expert_k_n_and_check_them():
-    from fp8advisor.results import grid_point_keys, point_key, point_problem
+    from fp8advisor.measure.results import grid_point_keys, point_key, point_problem
 
     grid = make_grouped_grid(emulate=True)
     assert grid_point_keys(grid.to_json()) == frozenset(point.key for point in grid.points())

@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from fp8advisor.cli import app
-from fp8advisor.formats import CHECK_PREFIX
-from fp8advisor.profile import (
+from fp8advisor.frameworks.formats import CHECK_PREFIX
+from fp8advisor.predict.profile import (
     PROFILE_DIR_ENV,
     DeviceInfo,
     GroupedProfile,
@@ -51,7 +51,9 @@ def user_dir(tmp_path_factory):
     save_profile(grouped_only_profile(), directory / f"{GROUPED}.json")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(PROFILE_DIR_ENV, str(directory))
-        patch.setattr("fp8advisor.profile._detect_device_name", lambda: None)  # the same on a GPU machine
+        patch.setattr(
+            "fp8advisor.predict.profile._detect_device_name", lambda: None
+        )  # the same on a GPU machine
         yield directory
 
 

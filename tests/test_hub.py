@@ -1,4 +1,5 @@
-"""Hugging Face Hub ids as targets (`fp8advisor.hub`), from a pre-filled huggingface_hub cache, no network."""
+"""Hugging Face Hub ids as targets (`fp8advisor.inspect.hub`), from a pre-filled huggingface_hub cache, no
+network."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fp8advisor import hub
 from fp8advisor.cli import app
 from fp8advisor.errors import TargetError
+from fp8advisor.inspect import hub
+from fp8advisor.inspect.target import parse_target
 from fp8advisor.paths import MODELS_DIR
-from fp8advisor.target import parse_target
 
 huggingface_hub = pytest.importorskip("huggingface_hub")
 pytest.importorskip("transformers")
@@ -310,7 +311,7 @@ def test_building_from_a_config_leaves_the_hub_online():
     """Reading a local config never turns the Hub off for the rest of the process (huggingface_hub reads
     HF_HUB_OFFLINE once, at its first import): a Hub id given later in the same process is still fetched."""
     code = (
-        "from fp8advisor.target import load_model; import sys; load_model(sys.argv[1], 'meta'); "
+        "from fp8advisor.inspect.target import load_model; import sys; load_model(sys.argv[1], 'meta'); "
         "from huggingface_hub import constants; print(constants.HF_HUB_OFFLINE)"
     )
     env = {key: value for key, value in os.environ.items() if not key.endswith("_OFFLINE")}
@@ -331,8 +332,8 @@ def test_a_model_module_that_needs_a_withheld_package_is_imported_whole(monkeypa
     light import gives up and from_config imports it whole."""
     import transformers
 
-    from fp8advisor import hf
-    from fp8advisor.target import load_model
+    from fp8advisor.inspect import hf
+    from fp8advisor.inspect.target import load_model
 
     config = transformers.LlamaConfig()
 

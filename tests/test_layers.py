@@ -1,4 +1,5 @@
-"""fp8advisor.layers.inspect_model: the (M, K, N) each layer really multiplies, and each layer's status."""
+"""fp8advisor.inspect.layers.inspect_model: the (M, K, N) each layer really multiplies, and each layer's
+status."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fp8advisor.errors import ModelInputsError, TargetError
-from fp8advisor.layers import LayerStatus, ModelLayers, inspect_model
+from fp8advisor.inspect.layers import LayerStatus, ModelLayers, inspect_model
 from fp8advisor.paths import MODELS_DIR
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -110,7 +111,7 @@ def test_moe_router_and_grouped_experts():
 
 def test_llama3_405b_and_deepseek_v3_sizes_are_the_published_ones():
     # The speed benchmark's largest targets: Llama 3.1 405B and DeepSeek-V3 (its MLA attention included).
-    from fp8advisor.target import load_model
+    from fp8advisor.inspect.target import load_model
 
     llama = load_model(f"{MODELS_DIR / 'llama3.py'}:llama3_405b", "meta").model
     assert round(sum(p.numel() for p in llama.parameters()) / 1e9, 1) == 405.9
@@ -357,7 +358,8 @@ def _trace_forward(model, tokens, memo: bool):
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from fp8advisor.layers import _make_recorder, _storage_key
+    from fp8advisor.compat import storage_key as _storage_key
+    from fp8advisor.inspect.layers import _make_recorder
 
     parameters = {_storage_key(p): p for p in model.parameters()}
     calls: list = []
@@ -384,7 +386,7 @@ def test_the_meta_kernel_memo_is_exact():
     # the recorded GEMMs must be exactly those of running every meta kernel.
     import torch
 
-    from fp8advisor.target import load_model
+    from fp8advisor.inspect.target import load_model
 
     model = load_model(f"{MODELS_DIR / 'moe.py'}:build_model(n_layers=3, dim=256, n_heads=4)").model
     tokens = torch.zeros(2, 64, dtype=torch.long, device="meta")

@@ -11,8 +11,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from _bench_helpers import hanging_compile, misbehaving_compile  # noqa: E402
 
-from fp8advisor.bench import BenchPoint, BenchSettings  # noqa: E402
-from fp8advisor.precompile import Precompiler, estimated_peak_bytes, submission_order  # noqa: E402
+from fp8advisor.measure.precompile import Precompiler, estimated_peak_bytes, submission_order  # noqa: E402
+from fp8advisor.measure.sweep import BenchPoint, BenchSettings  # noqa: E402
 
 SETTINGS = BenchSettings(emulate=True)
 
@@ -90,7 +90,7 @@ def test_a_worker_that_died_while_idle_is_replaced():
 
 
 def test_workers_that_never_get_ready_are_given_up(monkeypatch):
-    from fp8advisor import precompile
+    from fp8advisor.measure import precompile
 
     monkeypatch.setattr(precompile, "STARTUP_TIMEOUT_S", 0.0)  # nobody starts that fast
     outcomes = {}

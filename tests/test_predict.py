@@ -9,19 +9,23 @@ import numpy as np
 import pytest
 
 from fp8advisor.errors import ProfileError
-from fp8advisor.predict import (
-    EXTRAPOLATED,
-    INTERPOLATED,
+from fp8advisor.predict.grid import EXTRAPOLATED, INTERPOLATED, LogGridModel, multilinear
+from fp8advisor.predict.profile import (
+    PROFILE_DIR_ENV,
+    DeviceInfo,
+    Profile,
+    RecipeProfile,
+    SpeedupPoint,
+    load_profile,
+)
+from fp8advisor.predict.profile import select_profile as _select
+from fp8advisor.predict.roofline import GPU_SPECS, linear_fwd_bwd_time_s, roofline_speedup
+from fp8advisor.predict.speedup import (
     MODELLED,
-    LogGridModel,
-    multilinear,
     predict_speedup,
     predicted_bf16_time_s,
     predicted_times_s,
 )
-from fp8advisor.profile import PROFILE_DIR_ENV, DeviceInfo, Profile, RecipeProfile, SpeedupPoint, load_profile
-from fp8advisor.profile import select_profile as _select
-from fp8advisor.roofline import GPU_SPECS, linear_fwd_bwd_time_s, roofline_speedup
 
 
 @pytest.fixture(autouse=True)
@@ -267,7 +271,7 @@ def test_multilinear_is_scipys_regular_grid_interpolation(dims):
 
 
 def _expert_group(M_total=8192 * 8, E=64, gemms=((2048, 1408), (1408, 2048))):
-    from fp8advisor.layers import ExpertForm, ExpertGemm, ExpertGroup
+    from fp8advisor.inspect.layers import ExpertForm, ExpertGemm, ExpertGroup
 
     return ExpertGroup(
         "layers.1.moe.experts",
@@ -303,8 +307,8 @@ def _profile_with(grouped):
 
 
 def test_expert_group_without_a_grouped_profile_is_the_grouped_roofline():
-    from fp8advisor.predict import predict_expert_group
-    from fp8advisor.roofline import grouped_fwd_bwd_time_s, routed_rows
+    from fp8advisor.predict.roofline import grouped_fwd_bwd_time_s, routed_rows
+    from fp8advisor.predict.speedup import predict_expert_group
 
     h100 = Profile(
         name="t",
@@ -328,8 +332,8 @@ def test_expert_group_without_a_grouped_profile_is_the_grouped_roofline():
 
 
 def test_expert_group_uses_the_measured_grouped_profile_at_balanced_routing():
-    from fp8advisor.predict import predict_expert_group
-    from fp8advisor.roofline import grouped_fwd_bwd_time_s, routed_rows
+    from fp8advisor.predict.roofline import grouped_fwd_bwd_time_s, routed_rows
+    from fp8advisor.predict.speedup import predict_expert_group
 
     grouped = StandInGrouped(lambda E, m, K, N: (1.5 if K == 2048 else 1.2, "interpolated"))
     times = predict_expert_group(_profile_with(grouped), _expert_group())
@@ -343,7 +347,7 @@ def test_expert_group_uses_the_measured_grouped_profile_at_balanced_routing():
 
 
 def test_expert_group_falls_back_to_the_roofline_where_the_grouped_profile_cannot_answer():
-    from fp8advisor.predict import predict_expert_group
+    from fp8advisor.predict.speedup import predict_expert_group
 
     grouped = StandInGrouped(lambda E, m, K, N: None if K == 1408 else (1.5, "extrapolated"))
     times = predict_expert_group(_profile_with(grouped), _expert_group())
@@ -355,8 +359,8 @@ def test_expert_group_falls_back_to_the_roofline_where_the_grouped_profile_canno
 
 
 def test_imbalance_weights_each_experts_measured_speedup_by_its_bf16_time():
-    from fp8advisor.predict import IMBALANCE_SAMPLES, predict_expert_group
-    from fp8advisor.roofline import grouped_fwd_bwd_time_s
+    from fp8advisor.predict.roofline import grouped_fwd_bwd_time_s
+    from fp8advisor.predict.speedup import IMBALANCE_SAMPLES, predict_expert_group
 
     def rule(E, m, K, N):
         return 1.0 + m / 4096, "interpolated"
@@ -377,7 +381,7 @@ def test_imbalance_weights_each_experts_measured_speedup_by_its_bf16_time():
 
 
 def test_imbalance_beyond_E_is_clamped_to_one_expert_taking_every_row():
-    from fp8advisor.predict import predict_expert_group
+    from fp8advisor.predict.speedup import predict_expert_group
 
     group = _expert_group(M_total=4096, E=4, gemms=((2048, 2048),))
     standin = StandInGrouped(lambda E, m, K, N: (1.0 + m / 4096, "interpolated"))

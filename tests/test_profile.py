@@ -14,7 +14,7 @@ from _bench_helpers import load_benchmark  # noqa: E402
 
 from fp8advisor.errors import ProfileError
 from fp8advisor.paths import PROFILES_DIR
-from fp8advisor.profile import (
+from fp8advisor.predict.profile import (
     PROFILE_DIR_ENV,
     DeviceInfo,
     Profile,
@@ -284,7 +284,7 @@ def test_a_shipped_measured_profile_beats_the_published_one_of_the_same_date(
     # even when it was made the same day as the published one (whose name sorts after it).
     import shutil
 
-    import fp8advisor.profile as profile_module
+    import fp8advisor.predict.profile as profile_module
 
     shipped = tmp_path / "shipped"
     shutil.copytree(PROFILES_DIR, shipped)

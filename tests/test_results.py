@@ -8,7 +8,7 @@ import re
 import pytest
 
 from fp8advisor.errors import AdvisorError, ResultsError
-from fp8advisor.results import (
+from fp8advisor.measure.results import (
     SCHEMA,
     RunWriter,
     done_keys,
@@ -296,7 +296,7 @@ def test_pairing_leaves_out_points_whose_profiler_session_lost_records(tmp_path)
 
 
 def test_fit_says_how_many_suspect_points_it_left_out(tmp_path):
-    from fp8advisor.fit import fit_profile
+    from fp8advisor.predict.fit import fit_profile
 
     lost = {"suspect": "all 17 padding kernels lost: records of the timed iterations may be lost too"}
     points = [
@@ -311,7 +311,7 @@ def test_fit_says_how_many_suspect_points_it_left_out(tmp_path):
 
 
 def test_a_suspect_point_is_not_done_so_the_next_sweep_measures_it_again(tmp_path):
-    from fp8advisor.fit import measurements_from_runs
+    from fp8advisor.predict.fit import measurements_from_runs
 
     lost = {"suspect": "38 device records is not a multiple of 5 iterations: the profiler lost records"}
     first = [

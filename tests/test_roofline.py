@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from fp8advisor import roofline
 from fp8advisor.errors import ProfileError
-from fp8advisor.roofline import (
+from fp8advisor.predict import roofline
+from fp8advisor.predict.roofline import (
     GPU_SPECS,
     cast_kernel_bytes,
     cast_overhead_s,

@@ -12,11 +12,10 @@ from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fp8advisor import bench  # noqa: E402
-from fp8advisor.bench import GRIDS, BenchPoint, BenchSettings, Measurement, make_grid, run_sweep  # noqa: E402
 from fp8advisor.errors import AdvisorError  # noqa: E402
-from fp8advisor.results import load_results  # noqa: E402
-from fp8advisor.schedule import (  # noqa: E402
+from fp8advisor.measure import sweep as bench  # noqa: E402
+from fp8advisor.measure.results import load_results  # noqa: E402
+from fp8advisor.measure.schedule import (  # noqa: E402
     FINISH_RESERVE_S,
     FIRST_POINT_ESTIMATE_S,
     DurationEstimator,
@@ -25,6 +24,7 @@ from fp8advisor.schedule import (  # noqa: E402
     batches,
     sweep_order,
 )
+from fp8advisor.measure.sweep import GRIDS, BenchPoint, BenchSettings, Measurement, make_grid, run_sweep  # noqa: E402
 
 # --- order and batches ------------------------------------------------------------------------------------
 

@@ -1,10 +1,10 @@
-"""The local search of `bench --model` (fp8advisor.search) on synthetic timing tables."""
+"""The local search of `bench --model` (fp8advisor.measure.block_search) on synthetic timing tables."""
 
 from __future__ import annotations
 
 import pytest
 
-from fp8advisor.search import Timing, best_of, flip, local_search
+from fp8advisor.measure.block_search import Timing, best_of, flip, local_search
 
 QKV, WO, W13, W2 = ("wq", "wk", "wv"), ("wo",), ("w1", "w3"), ("w2",)
 GROUPS = (QKV, WO, W13, W2)

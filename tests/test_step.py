@@ -12,9 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fp8advisor.census import AttentionCall, MatmulCall, MemoryRegion, OpCensus
-from fp8advisor.roofline import GpuSpecs
-from fp8advisor.step import (
+from fp8advisor.advice.step import (
     ATTENTION_BACKWARD_FLOPS,
     ATTENTION_PEAK_FRACTION,
     Calibration,
@@ -24,6 +22,8 @@ from fp8advisor.step import (
     find_break_even,
     predict_step,
 )
+from fp8advisor.inspect.census import AttentionCall, MatmulCall, MemoryRegion, OpCensus
+from fp8advisor.predict.roofline import GpuSpecs
 
 TERA, GIGA = 1e12, 1e9
 GPU = StepGpu(
@@ -248,8 +248,8 @@ def test_break_even_evaluates_few_points():
 def anchor_predictions():
     """Every published anchor run through the step model with the shipped calibration (traces 8B models on
     the meta device: a few seconds each)."""
-    from fp8advisor.anchors import load_anchors, predict_anchor
-    from fp8advisor.layers import inspect_model
+    from fp8advisor.advice.published import load_anchors, predict_anchor
+    from fp8advisor.inspect.layers import inspect_model
 
     anchors = load_anchors()
     layers = {a.id: inspect_model(a.model, batch=a.batch, seq=a.seq) for a in anchors}
@@ -258,8 +258,8 @@ def anchor_predictions():
 
 
 def test_shipped_calibration_is_what_the_fit_gives(anchor_predictions):
-    from fp8advisor.anchors import fit_in_step_efficiency
-    from fp8advisor.step import CALIBRATION_PATH
+    from fp8advisor.advice.published import fit_in_step_efficiency
+    from fp8advisor.advice.step import CALIBRATION_PATH
 
     anchors, layers, _ = anchor_predictions
     fitted = fit_in_step_efficiency(anchors, layers["torchao-llama3-8b-8xh100"])
@@ -269,7 +269,7 @@ def test_shipped_calibration_is_what_the_fit_gives(anchor_predictions):
 
 
 def test_the_fitted_anchor_is_reproduced_and_tensorwise_anchors_are_within_five_percent(anchor_predictions):
-    from fp8advisor.anchors import comparisons
+    from fp8advisor.advice.published import comparisons
 
     _, _, predictions = anchor_predictions
     rows = {(row.anchor, row.what): row for p in predictions for row in comparisons(p)}
@@ -286,7 +286,7 @@ def test_the_fitted_anchor_is_reproduced_and_tensorwise_anchors_are_within_five_
 
 
 def test_docs_table_is_the_one_the_model_gives_today(anchor_predictions):
-    from fp8advisor.anchors import comparisons, markdown_table
+    from fp8advisor.advice.published import comparisons, markdown_table
     from fp8advisor.paths import DATA_DIR
 
     _, _, predictions = anchor_predictions
@@ -296,7 +296,7 @@ def test_docs_table_is_the_one_the_model_gives_today(anchor_predictions):
 
 
 def test_anchors_file_names_its_sources():
-    from fp8advisor.anchors import load_anchors
+    from fp8advisor.advice.published import load_anchors
 
     anchors = load_anchors()
     assert [r for a in anchors for r in a.results if r.fit] and all(a.source and a.setup for a in anchors)

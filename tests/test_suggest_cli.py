@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _advice_helpers import llama_layers, modelled_choice, prefix_conflict_layers  # noqa: E402
 
 from fp8advisor.cli import app  # noqa: E402
-from fp8advisor.filters import Framework, converted_by_framework  # noqa: E402
+from fp8advisor.frameworks.filters import Framework, converted_by_framework  # noqa: E402
 from fp8advisor.paths import MODELS_DIR  # noqa: E402
 
 try:
@@ -30,7 +30,7 @@ LLAMA = "data/models/llama3.py"
 @pytest.fixture(scope="module")
 def llama3_small():
     """The shipped example model, really inspected once (seq 2048): real FQNs for every test below."""
-    from fp8advisor.layers import inspect_model
+    from fp8advisor.inspect.layers import inspect_model
 
     return inspect_model(str(MODELS_DIR / "llama3.py") + ":llama3_8b(n_layers=2)", batch=1, seq=2048)
 
@@ -38,8 +38,8 @@ def llama3_small():
 @pytest.fixture
 def fake_world(monkeypatch, llama3_small):
     """inspect_model returns per-target layers without tracing again; the profile: in-memory H100 roofline."""
-    import fp8advisor.layers
-    import fp8advisor.profile
+    import fp8advisor.inspect.layers
+    import fp8advisor.predict.profile
 
     models = {
         LLAMA: llama3_small,
@@ -54,9 +54,11 @@ def fake_world(monkeypatch, llama3_small):
 
         return replace(models[target], target=target, batch=batch, seq=seq)
 
-    monkeypatch.setattr(fp8advisor.layers, "inspect_model", fake_inspect)
-    monkeypatch.setattr(fp8advisor.profile, "select_profile", lambda requested=None, **kw: modelled_choice())
-    monkeypatch.setattr("fp8advisor.advise._detect_capability", lambda: None)
+    monkeypatch.setattr(fp8advisor.inspect.layers, "inspect_model", fake_inspect)
+    monkeypatch.setattr(
+        fp8advisor.predict.profile, "select_profile", lambda requested=None, **kw: modelled_choice()
+    )
+    monkeypatch.setattr("fp8advisor.advice.decide._detect_capability", lambda: None)
 
 
 def _with_long_reason(model):
@@ -65,7 +67,7 @@ def _with_long_reason(model):
 
     from _advice_helpers import layer
 
-    from fp8advisor.layers import LayerStatus
+    from fp8advisor.inspect.layers import LayerStatus
 
     reason = "N = 8 is not a multiple of 16 (torch._scaled_mm needs K and N divisible by 16 for float8)"
     router = layer("layers.0.moe.router.gate", 4096, 8, status=LayerStatus.NOT_CONVERTIBLE, reason=reason)
@@ -181,10 +183,10 @@ def test_errors_exit_2(fake_world, args, message):
 
 def test_shipped_profile_end_to_end(monkeypatch, llama3_small):
     """Without --profile the shipped profile is chosen and named (no GPU here: the H100 one)."""
-    import fp8advisor.layers
+    import fp8advisor.inspect.layers
 
-    monkeypatch.setattr(fp8advisor.layers, "inspect_model", lambda target, **kw: llama3_small)
-    monkeypatch.setattr("fp8advisor.profile._detect_device_name", lambda: None)
+    monkeypatch.setattr(fp8advisor.inspect.layers, "inspect_model", lambda target, **kw: llama3_small)
+    monkeypatch.setattr("fp8advisor.predict.profile._detect_device_name", lambda: None)
     result = _run(LLAMA, "--seq", "2048", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -226,7 +228,7 @@ def test_megatron_refuses_rowwise_before_building_the_model(fake_world):
 
 def test_auto_recipe_choices_follow_the_format():
     from fp8advisor.cli.suggest_cmd import _recipes_the_format_holds
-    from fp8advisor.formats import ConfigFormat
+    from fp8advisor.frameworks.formats import ConfigFormat
     from fp8advisor.recipes import ALL_RECIPES, Recipe
 
     assert _recipes_the_format_holds(ConfigFormat.MEGATRON) == (Recipe.TENSORWISE,)
@@ -240,7 +242,7 @@ def _table_lines(output: str) -> list[str]:
 
 
 def test_filter_fqns_says_what_it_means_once(fake_world):
-    from fp8advisor.formats import FILTER_FQNS_MEANING
+    from fp8advisor.frameworks.formats import FILTER_FQNS_MEANING
 
     result = _run("llama80.py", "--recipe", "rowwise")
     assert " ".join(result.stdout.split()).count(FILTER_FQNS_MEANING) == 1
@@ -311,10 +313,10 @@ def test_modelled_figures_are_marked_in_every_table(fake_world):
 
 def test_published_figures_are_not_marked(monkeypatch, llama3_small):
     """The shipped profile: rowwise published (no mark), the other recipes modelled (marked)."""
-    import fp8advisor.layers
+    import fp8advisor.inspect.layers
 
-    monkeypatch.setattr(fp8advisor.layers, "inspect_model", lambda target, **kw: llama3_small)
-    monkeypatch.setattr("fp8advisor.profile._detect_device_name", lambda: None)
+    monkeypatch.setattr(fp8advisor.inspect.layers, "inspect_model", lambda target, **kw: llama3_small)
+    monkeypatch.setattr("fp8advisor.predict.profile._detect_device_name", lambda: None)
     result = runner.invoke(app, ["suggest", LLAMA, "--seq", "2048"], env={"COLUMNS": "120"})
     recipes = {
         line.split()[0]: line.split()
@@ -341,7 +343,7 @@ def test_help_has_no_bool_metavars_or_cut_choices(command):
     assert all(len(line) <= 80 for line in lines)
     text = " ".join(result.stdout.split())
     if command == ["suggest"]:
-        from fp8advisor.formats import FILE_FORMATS
+        from fp8advisor.frameworks.formats import FILE_FORMATS
 
         assert ", ".join(fmt.value for fmt in FILE_FORMATS) in text  # every name whole, none cut at a "-"
     if command == []:  # every command's summary whole, not cut with "..."
@@ -350,16 +352,16 @@ def test_help_has_no_bool_metavars_or_cut_choices(command):
 
 
 def test_seq_longer_than_the_model_takes_is_a_suggest_warning(fake_world, monkeypatch):
-    import fp8advisor.layers
+    import fp8advisor.inspect.layers
 
-    real = fp8advisor.layers.inspect_model
+    real = fp8advisor.inspect.layers.inspect_model
 
     def with_limit(target, **kwargs):
         from dataclasses import replace
 
         return replace(real(target, **kwargs), max_positions=(4096, "config.max_position_embeddings"))
 
-    monkeypatch.setattr(fp8advisor.layers, "inspect_model", with_limit)
+    monkeypatch.setattr(fp8advisor.inspect.layers, "inspect_model", with_limit)
     warnings = json.loads(_run("llama80.py", "--seq", "8192", "--json").stdout)["warnings"]
     assert any(
         w.startswith("--seq 8192 is longer than the model's maximum positions (4096") for w in warnings

@@ -1,4 +1,5 @@
-"""`suggest --measured` (fp8advisor.measured): in-context results decide their blocks, the profile the rest.
+"""`suggest --measured` (fp8advisor.advice.in_context): in-context results decide their blocks, the profile
+the rest.
 
 The results here are written by hand, as a GPU run of `bench --model` would write them (the emulated pipeline,
 which CI runs, is refused for advice: tests/test_block_bench.py)."""
@@ -11,11 +12,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fp8advisor.blocks import discover_blocks
 from fp8advisor.cli import app
+from fp8advisor.inspect.blocks import discover_blocks
+from fp8advisor.inspect.target import load_model
+from fp8advisor.measure.results import RunWriter, make_header, new_run_id, utc_now
 from fp8advisor.paths import MODELS_DIR
-from fp8advisor.results import RunWriter, make_header, new_run_id, utc_now
-from fp8advisor.target import load_model
 
 runner = CliRunner()
 LLAMA = f"{MODELS_DIR / 'llama3.py'}:llama3_8b(n_layers=2)"

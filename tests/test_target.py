@@ -1,4 +1,4 @@
-"""fp8advisor.target: parsing TARGET, resolving what to build, building on meta, guessing inputs."""
+"""fp8advisor.inspect.target: parsing TARGET, resolving what to build, building on meta, guessing inputs."""
 
 from __future__ import annotations
 
@@ -10,8 +10,10 @@ import torch
 from torch import nn
 
 from fp8advisor.errors import ModelInputsError, TargetError
+from fp8advisor.inspect.inputs import make_example_inputs
+from fp8advisor.inspect.sandbox import redirect_devices
+from fp8advisor.inspect.target import load_model, parse_target
 from fp8advisor.paths import MODELS_DIR
-from fp8advisor.target import load_model, make_example_inputs, parse_target, redirect_devices
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _layers_helpers import line_of, write_model  # noqa: E402

@@ -11,9 +11,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fp8advisor import bench, timers  # noqa: E402
-from fp8advisor.bench import BenchSettings, ShapeBench  # noqa: E402
-from fp8advisor.timers import (  # noqa: E402
+from fp8advisor.measure import sweep as bench
+from fp8advisor.measure import timers  # noqa: E402
+from fp8advisor.measure.sweep import BenchSettings, ShapeBench  # noqa: E402
+from fp8advisor.measure.timers import (  # noqa: E402
     CpuTimer,
     CudaTimer,
     DeviceRecord,

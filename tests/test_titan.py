@@ -16,13 +16,14 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 from _advice_helpers import llama_layers, modelled_choice  # noqa: E402
 
-from fp8advisor import titan  # noqa: E402
-from fp8advisor.advise import advise  # noqa: E402
+from fp8advisor.advice.decide import advise  # noqa: E402
 from fp8advisor.cli import app  # noqa: E402
-from fp8advisor.emit import Request, format_warnings, render  # noqa: E402
+from fp8advisor.emit.writer import format_warnings, render  # noqa: E402
 from fp8advisor.errors import ConfigError, TargetError  # noqa: E402
-from fp8advisor.layers import LayerStatus, inspect_model  # noqa: E402
-from fp8advisor.target import load_model, parse_target  # noqa: E402
+from fp8advisor.inspect import titan  # noqa: E402
+from fp8advisor.inspect.layers import LayerStatus, inspect_model  # noqa: E402
+from fp8advisor.inspect.target import load_model, parse_target  # noqa: E402
+from fp8advisor.request import SuggestRequest  # noqa: E402
 
 pytest.importorskip("torchtitan.models.llama3")  # the test extra installs it: these tests run in CI
 
@@ -47,17 +48,19 @@ def llama8b():
 @pytest.fixture
 def fake_world(monkeypatch, llama8b):
     """suggest reads the traced model above (or a 0.2-named Llama) and predicts with the H100 roofline."""
-    import fp8advisor.layers
-    import fp8advisor.profile
+    import fp8advisor.inspect.layers
+    import fp8advisor.predict.profile
 
     models = {LLAMA3_8B: llama8b, "llama02.py": llama_layers(32)}
 
     def fake_inspect(target, *, batch=1, seq=8192, debug=False):
         return replace(models[target], target=target, batch=batch, seq=seq)
 
-    monkeypatch.setattr(fp8advisor.layers, "inspect_model", fake_inspect)
-    monkeypatch.setattr(fp8advisor.profile, "select_profile", lambda requested=None, **kw: modelled_choice())
-    monkeypatch.setattr("fp8advisor.advise._detect_capability", lambda: None)
+    monkeypatch.setattr(fp8advisor.inspect.layers, "inspect_model", fake_inspect)
+    monkeypatch.setattr(
+        fp8advisor.predict.profile, "select_profile", lambda requested=None, **kw: modelled_choice()
+    )
+    monkeypatch.setattr("fp8advisor.advice.decide._detect_capability", lambda: None)
 
 
 # ----------------------------------------------------------------------------------------------- target
@@ -198,7 +201,7 @@ def test_torchtitan_py_names_a_placeholder_model_for_other_targets(fake_world):
 
 def test_torchtitan_py_for_a_flavor_torchtitan_has_no_recipe_for():
     advice = advise(llama_layers(2), modelled_choice(), "rowwise", device_capability=None)
-    text = render(advice, "torchtitan-py", Request("torchtitan:llama3/1B", 1, 8192))
+    text = render(advice, "torchtitan-py", SuggestRequest("torchtitan:llama3/1B", 1, 8192))
     assert 'FLAVOR = "1B"  # torchtitan:llama3/1B' in text
     assert "def base_recipe() -> Trainer.Config:  # EDIT" in text and "config_registry import" not in text
     compile(text, "float8.py", "exec")
@@ -210,9 +213,9 @@ def test_torchtitan_py_refuses_filter_entries_that_name_no_linear():
         advice, filter_list=replace(advice.filter_list, entries=("attention.wq", "attention.wqkv"))
     )
     with pytest.raises(ConfigError, match="'attention.wqkv' name no Linear layer of model.py"):
-        render(broken, "torchtitan-py", Request("model.py", 1, 8192))
+        render(broken, "torchtitan-py", SuggestRequest("model.py", 1, 8192))
     fixed = replace(broken, filter_list=replace(broken.filter_list, entries=("attention.wq",)))
-    assert "attention.wq" in render(fixed, "torchtitan-py", Request("model.py", 1, 8192))
+    assert "attention.wq" in render(fixed, "torchtitan-py", SuggestRequest("model.py", 1, 8192))
 
 
 # ---------------------------------------------------------------------------------- version lookalikes

@@ -28,7 +28,7 @@ def train_step():
 @pytest.fixture(scope="module")
 def emulated_run(train_step, tmp_path_factory):
     """(report, threshold): one emulated run whose advice threshold splits the tiny model's layers."""
-    from fp8advisor.profile import select_profile
+    from fp8advisor.predict.profile import select_profile
 
     # A threshold between the two lowest predicted speedups at seq 64, so that the advice converts some but
     # not all layers there, whatever profile ships: the filter must then pick exactly the advised names.
@@ -50,7 +50,7 @@ def _tiny_linears(train_step):
     """(fqn, module) of every nn.Linear of the tiny model, built on the meta device."""
     from torch import nn
 
-    from fp8advisor.target import load_model
+    from fp8advisor.inspect.target import load_model
 
     settings = train_step.parse_args(["--emulate", "--tiny"])
     model = load_model(settings.target, "meta").model
@@ -217,7 +217,7 @@ def test_a_failing_variant_is_recorded_and_the_others_still_run(train_step, monk
 
 def test_default_layers_fit_an_h100_by_the_estimate(train_step):
     """The documented default: 18 Llama-3-8B blocks at seq 8192 take 83% of an 80 GB H100 by the estimate."""
-    from fp8advisor.target import load_model
+    from fp8advisor.inspect.target import load_model
 
     settings = train_step.parse_args([])
     assert settings.layers == train_step.DEFAULT_LAYERS == 18

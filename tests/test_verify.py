@@ -1,4 +1,5 @@
-"""fp8advisor.verify: config against advice, the float8 GEMM trace, per-layer numerics (CPU, emulated)."""
+"""fp8advisor.verification.verifier: config against advice, the float8 GEMM trace, per-layer numerics (CPU,
+emulated)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).parent))
 from _verify_helpers import ADVISED, advise_with_predictor, predictor, torchtitan_toml, write_tiny_model  # noqa: E402
 
-from fp8advisor import verify as verify_module  # noqa: E402
 from fp8advisor.paths import MODELS_DIR  # noqa: E402
-from fp8advisor.verify import SQNR_THRESHOLD_DB, DifferenceKind, verify  # noqa: E402
+from fp8advisor.request import OPTIONS, SuggestRequest  # noqa: E402
+from fp8advisor.verification import verifier as verify_module  # noqa: E402
+from fp8advisor.verification.verifier import SQNR_THRESHOLD_DB, DifferenceKind, verify  # noqa: E402
 
 SEQ = 256  # the advised batch x seq; the run itself uses batch 1 x seq 64
 
@@ -25,8 +27,10 @@ def tiny(tmp_path_factory) -> str:
     return write_tiny_model(tmp_path_factory.mktemp("model"))
 
 
-def run(target: str, config: Path, **kwargs):
-    return verify(target, config, batch=1, seq=SEQ, predictor=predictor, **kwargs)
+def run(target: str, config: Path, **options):
+    """`verify` at batch 1 x SEQ with the test predictor; `options` as `SuggestRequest` or `verify` take."""
+    settings = {name: options.pop(name) for name in list(options) if name in OPTIONS}
+    return verify(SuggestRequest(target, 1, SEQ, **settings), config, predictor=predictor, **options)
 
 
 def kinds(report) -> dict[DifferenceKind, list[str]]:
@@ -48,14 +52,15 @@ def toml(tmp_path: Path, entries: list[str], **kwargs) -> Path:
 @pytest.fixture(scope="module")
 def suggested(tiny, tmp_path_factory):
     """Write every format with fp8advisor's own emitter, for the same model, batch, seq and recipe."""
-    from fp8advisor.emit import Request, render
-    from fp8advisor.formats import ConfigFormat
-    from fp8advisor.layers import inspect_model
+    from fp8advisor.emit.writer import render
+    from fp8advisor.frameworks.formats import ConfigFormat
+    from fp8advisor.inspect.layers import inspect_model
+    from fp8advisor.request import SuggestRequest
 
     directory = tmp_path_factory.mktemp("configs")
     advice = advise_with_predictor(inspect_model(tiny, batch=1, seq=SEQ))
     assert advice.convert_fqns == ADVISED
-    request = Request(target=tiny, batch=1, seq=SEQ, recipe="rowwise")
+    request = SuggestRequest(target=tiny, batch=1, seq=SEQ, recipe="rowwise")
     files = {}
     for fmt, name in [
         (ConfigFormat.TORCHTITAN_TOML, "job.toml"),
@@ -125,13 +130,14 @@ OFF_FILES = ["job.toml", "recipe.py", "nemo.yaml", "accel.py", "train.py", "filt
 def suggested_off(tiny, tmp_path_factory):
     """Every format written by suggest when nothing is worth converting (min speedup 3x: no layer reaches
     it)."""
-    from fp8advisor.emit import Request, render
-    from fp8advisor.formats import ConfigFormat
-    from fp8advisor.layers import inspect_model
+    from fp8advisor.emit.writer import render
+    from fp8advisor.frameworks.formats import ConfigFormat
+    from fp8advisor.inspect.layers import inspect_model
+    from fp8advisor.request import SuggestRequest
 
     advice = advise_with_predictor(inspect_model(tiny, batch=1, seq=SEQ), min_speedup=3.0)
     assert advice.convert_fqns == ()
-    request = Request(target=tiny, batch=1, seq=SEQ, recipe="rowwise", min_speedup=3.0)
+    request = SuggestRequest(target=tiny, batch=1, seq=SEQ, recipe="rowwise", min_speedup=3.0)
     directory = tmp_path_factory.mktemp("off")
     formats = [
         ConfigFormat.TORCHTITAN_TOML,
@@ -271,7 +277,7 @@ def test_layer_sqnr_measures_float8_against_bf16(recipe):
     from torchao.float8 import convert_to_float8_training
 
     from fp8advisor.recipes import float8_config
-    from fp8advisor.verify import layer_sqnr
+    from fp8advisor.verification.verifier import layer_sqnr
 
     torch.manual_seed(0)
     bf16 = torch.nn.Sequential(torch.nn.Linear(64, 256, bias=False, dtype=torch.bfloat16))
@@ -363,8 +369,8 @@ def test_shadow_is_built_in_linear_time(tmp_path, monkeypatch):
 
     from torch import nn
 
-    from fp8advisor.configs import read_config
-    from fp8advisor.layers import LayerStatus
+    from fp8advisor.frameworks.reader import read_config
+    from fp8advisor.inspect.layers import LayerStatus
     from fp8advisor.recipes import Recipe
 
     with torch.device("meta"):
@@ -396,7 +402,7 @@ def test_llama_example_at_small_size(tmp_path):
         return predictor(recipe, M, 1024, 1024) if max(K, N) >= 1024 else predictor(recipe, M, 16, 16)
 
     target = str(MODELS_DIR / "llama3.py")
-    report = verify(target, toml(tmp_path, ["attention"]), batch=1, seq=SEQ, predictor=wide_layers_pay)
+    report = verify(SuggestRequest(target, 1, SEQ), toml(tmp_path, ["attention"]), predictor=wide_layers_pay)
     assert report.execution.mode == "model"
     assert report.passed, [d.describe() for d in report.differences]
     assert report.converted == (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,8 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 from _verify_helpers import advise_with_predictor, predictor, torchtitan_toml, write_tiny_model  # noqa: E402
 
-from fp8advisor import verify as verify_module  # noqa: E402
 from fp8advisor.cli import app  # noqa: E402
+from fp8advisor.verification import verifier as verify_module  # noqa: E402
 
 runner = CliRunner()
 
@@ -28,10 +29,9 @@ def test_predictor(monkeypatch):
     """The CLI asks for a profile; the tests answer with the fixed predictor of _verify_helpers."""
     real_verify = verify_module.verify
 
-    def verify_with_predictor(*args, **kwargs):
+    def verify_with_predictor(request, config, **kwargs):
         kwargs["predictor"] = predictor
-        kwargs["profile"] = None
-        return real_verify(*args, **kwargs)
+        return real_verify(replace(request, profile=None), config, **kwargs)
 
     monkeypatch.setattr(verify_module, "verify", verify_with_predictor)
 
@@ -155,11 +155,12 @@ def test_megatron_precision_config_is_refused_clearly(tiny, tmp_path):
 
 def _suggested(tiny: str, tmp_path: Path, seq: int, expert_parallel: int = 1) -> str:
     """A torchtitan TOML as suggest writes it for the tiny model at batch 1 x `seq`, with its header."""
-    from fp8advisor.emit import Request, render
-    from fp8advisor.layers import inspect_model
+    from fp8advisor.emit.writer import render
+    from fp8advisor.inspect.layers import inspect_model
+    from fp8advisor.request import SuggestRequest
 
     advice = advise_with_predictor(inspect_model(tiny, batch=1, seq=seq), expert_parallel=expert_parallel)
-    request = Request(tiny, 1, seq, recipe="auto", profile="p.json", expert_parallel=expert_parallel)
+    request = SuggestRequest(tiny, 1, seq, recipe="auto", profile="p.json", expert_parallel=expert_parallel)
     path = tmp_path / "suggested.toml"
     path.write_text(render(advice, "torchtitan-toml", request))
     return str(path)
@@ -190,7 +191,7 @@ def test_file_without_header_keeps_the_defaults(tiny, tmp_path):
 
 
 def test_advice_settings_read_every_header_value(tmp_path):
-    from fp8advisor.verify import advice_settings
+    from fp8advisor.verification.verifier import advice_settings
 
     path = tmp_path / "job.yaml"
     path.write_text(
@@ -202,27 +203,27 @@ def test_advice_settings_read_every_header_value(tmp_path):
         "'my dir/mine.json' --min-speedup 1.05 --format nemo-automodel --check <this file>\n"
         "fp8: {enabled: true}\n"
     )
-    settings, message = advice_settings(path)
+    settings, from_header, message = advice_settings(path)
     assert (settings.batch, settings.seq, settings.recipe) == (4, 2048, "tensorwise")
     assert (settings.profile, settings.min_speedup, message) == ("my dir/mine.json", 1.05, None)
-    settings, message = advice_settings(path, batch=4, profile="other", min_speedup=1.2)
+    settings, from_header, message = advice_settings(path, batch=4, profile="other", min_speedup=1.2)
     assert (settings.profile, settings.min_speedup, settings.seq) == ("other", 1.2, 2048)
     assert "--profile other (header: my dir/mine.json), --min-speedup 1.2 (header: 1.05)" in message
     assert (settings.tensor_parallel, settings.measured) == (1, None)  # not in the header: the defaults
     path.write_text(
         path.read_text().replace("--format", "--tp 4 --measured 'ctx dir' --format").replace("m.py", "n.py")
     )
-    settings, message = advice_settings(path, target="m.py")
+    settings, from_header, message = advice_settings(path, "m.py")
     assert (settings.tensor_parallel, settings.measured, settings.batch) == (4, "ctx dir", 4)
     assert message.count("(header: ") == 1 and "TARGET m.py (header: n.py)" in message
-    settings, message = advice_settings(path, target="n.py", tensor_parallel=2)
+    settings, from_header, message = advice_settings(path, "n.py", tensor_parallel=2)
     assert settings.tensor_parallel == 2 and "--tp 2 (header: 4)" in message
     assert settings.expert_parallel == 1  # not in the header: the default
     path.write_text(path.read_text().replace("--tp 4", "--tp 4 --ep 8"))
-    settings, message = advice_settings(path, target="n.py")
+    settings, from_header, message = advice_settings(path, "n.py")
     assert (settings.expert_parallel, settings.tensor_parallel, message) == (8, 4, None)
-    assert "expert_parallel" in settings.from_header
-    settings, message = advice_settings(path, target="n.py", expert_parallel=2)
+    assert "expert_parallel" in from_header
+    settings, from_header, message = advice_settings(path, "n.py", expert_parallel=2)
     assert (
         settings.expert_parallel == 2 and message.count("(header: ") == 1 and "--ep 2 (header: 8)" in message
     )
@@ -230,7 +231,7 @@ def test_advice_settings_read_every_header_value(tmp_path):
 
 def test_tensor_parallel_and_in_context_results_of_the_header_reach_the_advice(tiny, tmp_path, monkeypatch):
     """verify advises as suggest did: with the header's --tp, and from the header's --measured results."""
-    import fp8advisor.advise as advise_module
+    import fp8advisor.advice.decide as advise_module
 
     seen = []
     real_advise = advise_module.advise
@@ -254,7 +255,7 @@ def test_tensor_parallel_and_in_context_results_of_the_header_reach_the_advice(t
 def test_expert_parallel_degree_of_the_header_reaches_the_advice(tiny, tmp_path, monkeypatch):
     """suggest --ep 8 writes it into the header; verify advises with it, and the command line wins with one
     line on stderr."""
-    import fp8advisor.advise as advise_module
+    import fp8advisor.advice.decide as advise_module
 
     seen = []
     real_advise = advise_module.advise
@@ -277,7 +278,7 @@ def test_expert_parallel_degree_of_the_header_reaches_the_advice(tiny, tmp_path,
 
 
 def test_filter_fqns_says_what_it_means(tiny, tmp_path):
-    from fp8advisor.formats import FILTER_FQNS_MEANING
+    from fp8advisor.frameworks.formats import FILTER_FQNS_MEANING
 
     result = invoke(tiny, "--config", config(tmp_path, ["gate", "spare"]), "--seq", "256")
     text = " ".join(result.stdout.split())

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
-import sys
 import time
 from pathlib import Path
 from typing import Annotated
@@ -21,8 +19,9 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from fp8advisor.cli import command, console, err_console
+from fp8advisor.cli.common import command, console, err_console, resume_command
 from fp8advisor.errors import AdvisorError
+from fp8advisor.request import DEFAULT_SEQ
 
 DEFAULT_OUT = Path("fp8advisor-results")
 
@@ -61,8 +60,8 @@ def _speedup_style(speedup: float) -> str:
 
 def render_heatmaps(runs) -> None:
     """One block per recipe, a K x N table per M, cells coloured by speedup (green: float8 pays)."""
-    from fp8advisor.report import format_speedup, heatmap_panels
-    from fp8advisor.results import pair_with_baseline
+    from fp8advisor.measure.heatmaps import format_speedup, heatmap_panels
+    from fp8advisor.measure.results import pair_with_baseline
 
     speedups = pair_with_baseline(runs)
     panels = heatmap_panels(speedups)
@@ -92,8 +91,8 @@ def render_heatmaps(runs) -> None:
 
 def render_grouped_speedups(runs) -> None:
     """One table per recipe of the grouped points' speedups, a row per (E, M per expert, K, N)."""
-    from fp8advisor.report import format_speedup
-    from fp8advisor.results import pair_grouped_with_baseline
+    from fp8advisor.measure.heatmaps import format_speedup
+    from fp8advisor.measure.results import pair_grouped_with_baseline
 
     speedups = pair_grouped_with_baseline(runs)
     if not speedups:
@@ -117,20 +116,12 @@ def render_grouped_speedups(runs) -> None:
 def _point_words(key_or_record) -> str:
     """'M=1024 K=4096 N=4096 rowwise' or 'E=8 M/expert=128 K=4096 N=14336 rowwise', from a point key or a
     results record."""
-    from fp8advisor.results import GROUPED_AXES, point_key
+    from fp8advisor.measure.results import GROUPED_AXES, point_key
 
     key = key_or_record if isinstance(key_or_record, tuple) else point_key(key_or_record)
     *sizes, recipe = key
     names = ("E", "M/expert", "K", "N") if len(sizes) == len(GROUPED_AXES) else ("M", "K", "N")
     return " ".join(f"{name}={size}" for name, size in zip(names, sizes, strict=True)) + f" {recipe}"
-
-
-def _resume_command() -> str:
-    """The command line this process was started with, as the user would type it again."""
-    program = ["fp8advisor"]
-    if Path(sys.argv[0]).name == "__main__.py":  # python -m fp8advisor (a checkout on PYTHONPATH)
-        program = [Path(sys.executable).name, "-m", "fp8advisor"]
-    return shlex.join([*program, *sys.argv[1:]])
 
 
 def _scope(summary) -> str:
@@ -160,7 +151,7 @@ def _print_compiles(summary) -> None:
 
 
 def _print_summary(summary, emulate: bool, grouped: bool = False) -> None:
-    from fp8advisor.results import suspect_reason, unreadable_lines
+    from fp8advisor.measure.results import suspect_reason, unreadable_lines
 
     records = summary.records
     unreadable = unreadable_lines(summary.unreadable)
@@ -319,7 +310,9 @@ def bench(
     batch: Annotated[int, typer.Option("--batch", help="With --model: sequences per step on one GPU.")] = 1,
     seq: Annotated[
         int | None,
-        typer.Option("--seq", help="With --model: tokens per sequence (default 8192; 64 with --emulate)."),
+        typer.Option(
+            "--seq", help=f"With --model: tokens per sequence (default {DEFAULT_SEQ}; 64 with --emulate)."
+        ),
     ] = None,
     profile: Annotated[
         str | None,
@@ -352,7 +345,7 @@ def bench(
         bench_model(
             model,
             batch=batch,
-            seq=seq if seq is not None else (64 if emulate else 8192),
+            seq=seq if seq is not None else (64 if emulate else DEFAULT_SEQ),
             recipes=_names(recipes),
             out=out,
             emulate=emulate,
@@ -378,11 +371,11 @@ def bench(
             hint="e.g. fp8advisor bench --grouped --M-per-expert 128,1024",
         )
     out = out if out is not None else DEFAULT_OUT
-    from fp8advisor import bench as bench_module
-    from fp8advisor.bench import BenchSettings, SweepInterrupted, make_grid
     from fp8advisor.device import require_fp8_gpu
     from fp8advisor.files import check_output_directory
-    from fp8advisor.schedule import Shard, check_time_budget
+    from fp8advisor.measure import sweep as bench_module
+    from fp8advisor.measure.schedule import Shard, check_time_budget
+    from fp8advisor.measure.sweep import BenchSettings, SweepInterrupted, make_grid
 
     chosen_shard = Shard.parse(shard) if shard is not None else None
     check_time_budget(time_budget)
@@ -404,7 +397,7 @@ def bench(
     )
     workload = bench_module.LINEAR
     if grouped:
-        from fp8advisor.grouped_bench import GROUPED, make_grouped_grid, with_grouped_defaults
+        from fp8advisor.measure.grouped import GROUPED, make_grouped_grid, with_grouped_defaults
 
         chosen = make_grouped_grid(
             grid,
@@ -480,7 +473,7 @@ def bench(
             f"[bold yellow]time budget[/]: stopped after {summary.elapsed_s:.0f} of {time_budget:.0f} s, "
             f"before a point that would not have finished in time; {summary.saved_points} of "
             f"{summary.total_points} points of {_scope(summary)} are saved, {summary.left_points} left. "
-            f"Resume with the same command:\n  {_resume_command()}",
+            f"Resume with the same command:\n  {resume_command()}",
             soft_wrap=True,
         )
     if not summary.runs:
@@ -490,7 +483,7 @@ def bench(
         return
     render_heatmaps(summary.runs)
     if png:
-        from fp8advisor.report import speedup_heatmaps_png
+        from fp8advisor.measure.heatmaps import speedup_heatmaps_png
 
         latest = summary.path or summary.runs[-1].path
         try:

@@ -1,4 +1,5 @@
-"""`fp8advisor bench --model`: the model's own blocks, measured in context (`fp8advisor.block_bench`)."""
+"""`fp8advisor bench --model`: the model's own blocks, measured in context
+(`fp8advisor.measure.in_context`)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from fp8advisor.cli import console, err_console
-from fp8advisor.measured import in_context_dir
+from fp8advisor.advice.in_context import in_context_dir
+from fp8advisor.cli.common import console, err_console, resume_command
 from fp8advisor.recipes import BASELINE, Recipe, parse_recipe
 
 #: The recipes measured when --recipes is not given: the two torchtitan and NeMo AutoModel users choose
@@ -33,14 +34,15 @@ def bench_model(
     profile: str | None,
     started: float,
 ) -> None:
-    from fp8advisor.bench import BenchSettings
-    from fp8advisor.block_bench import BlockSweepInterrupted, run_block_sweep, seed_sets
-    from fp8advisor.blocks import discover_blocks
+    from fp8advisor.advice.seeds import seed_sets
     from fp8advisor.device import require_fp8_gpu
     from fp8advisor.files import check_output_directory
-    from fp8advisor.profile import select_profile
-    from fp8advisor.schedule import check_time_budget
-    from fp8advisor.target import load_model
+    from fp8advisor.inspect.blocks import discover_blocks
+    from fp8advisor.inspect.target import load_model
+    from fp8advisor.measure.in_context import BlockSweepInterrupted, run_block_sweep
+    from fp8advisor.measure.schedule import check_time_budget
+    from fp8advisor.measure.sweep import BenchSettings
+    from fp8advisor.predict.profile import select_profile
 
     check_time_budget(time_budget)
     chosen_recipes = [parse_recipe(name).value for name in recipes or DEFAULT_RECIPES if name != BASELINE]
@@ -115,8 +117,8 @@ def _passed_over(passed_over: dict[str, str], out: Path) -> str:
 
 
 def _print_summary(summary, discovery, recipes, out: Path, emulate: bool, time_budget) -> None:
-    from fp8advisor.results import unreadable_lines
-    from fp8advisor.search import Timing
+    from fp8advisor.measure.block_search import Timing
+    from fp8advisor.measure.results import unreadable_lines
 
     unreadable = unreadable_lines(summary.unreadable)
     if unreadable:
@@ -186,13 +188,11 @@ def _print_summary(summary, discovery, recipes, out: Path, emulate: bool, time_b
             f"  {pattern} {recipe}: float8 {', '.join(names) or 'none'}", soft_wrap=True, markup=False
         )
     if summary.stopped_by_budget:
-        from fp8advisor.cli.bench_cmd import _resume_command
-
         console.print(
             f"[bold yellow]time budget[/]: stopped after {summary.elapsed_s:.0f} of {time_budget:.0f} s, "
             "before "
             f"a variant that would not have finished in time. Resume with the same command:\n  "
-            f"{_resume_command()}",
+            f"{resume_command()}",
             soft_wrap=True,
         )
     if emulate:

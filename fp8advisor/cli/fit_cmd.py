@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from fp8advisor.cli import command, console
+from fp8advisor.cli.common import command, console
 from fp8advisor.errors import ResultsError
 
 
@@ -69,8 +69,8 @@ def fit(
 ) -> None:
     """Fit where float8 pays per recipe from measured speedups; report the error; write a profile."""
     from fp8advisor.files import guard_output
-    from fp8advisor.fit import fit_profile
-    from fp8advisor.profile import looks_like_profile, save_profile, user_profile_dir
+    from fp8advisor.predict.fit import fit_profile
+    from fp8advisor.predict.profile import looks_like_profile, save_profile, user_profile_dir
 
     # Before the work: -o must be writable, not an input, and a profile if it exists (nothing else is
     # replaced; --force is about mixing machines, not about files).

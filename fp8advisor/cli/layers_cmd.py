@@ -11,8 +11,16 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from fp8advisor.cli import command, console, state
-from fp8advisor.layers import ExpertGroup, GemmLayer, LayerStatus, ModelLayers, block_shape, fold_repeated
+from fp8advisor.cli.common import command, console, state
+from fp8advisor.inspect.layers import (
+    ExpertGroup,
+    GemmLayer,
+    LayerStatus,
+    ModelLayers,
+    block_shape,
+    fold_repeated,
+)
+from fp8advisor.request import DEFAULT_BATCH, DEFAULT_SEQ
 
 _STATUS_STYLE = {
     LayerStatus.TRACED: "green",
@@ -29,8 +37,8 @@ def layers(
         help="model.py, model.py:NAME, 'model.py:NAME(key=value)', a Hugging Face config.json or its folder, "
         "a Hub id (org/name) or torchtitan:MODEL/FLAVOR.",
     ),
-    batch: int = typer.Option(1, "--batch", "-b", min=1, help="Sequences per step on one GPU."),
-    seq: int = typer.Option(8192, "--seq", "-s", min=1, help="Tokens per sequence."),
+    batch: int = typer.Option(DEFAULT_BATCH, "--batch", "-b", min=1, help="Sequences per step on one GPU."),
+    seq: int = typer.Option(DEFAULT_SEQ, "--seq", "-s", min=1, help="Tokens per sequence."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (every layer, never grouped)."),
     expand: bool = typer.Option(
         False, "--all", "--no-group", help="One row per layer instead of grouping repeated blocks."
@@ -42,7 +50,7 @@ def layers(
 
     Example: fp8advisor layers data/models/llama3.py:llama3_70b --batch 1 --seq 8192
     """
-    from fp8advisor.layers import inspect_model
+    from fp8advisor.inspect.layers import inspect_model
 
     inspected = inspect_model(target, batch=batch, seq=seq, debug=state.debug)
     if as_json:

@@ -12,19 +12,16 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from fp8advisor.advise import (
-    AUTO,
-    DEFAULT_MIN_SPEEDUP,
+from fp8advisor.advice.decide import (
     Advice,
     advise,
     check_expert_imbalance,
     default_predictor,
     group_layers,
 )
-from fp8advisor.cli import command, console, err_console
-from fp8advisor.emit import (
+from fp8advisor.cli.common import command, console, err_console
+from fp8advisor.emit.writer import (
     ConfigFormat,
-    Request,
     check,
     check_format_recipe,
     format_warnings,
@@ -38,9 +35,10 @@ from fp8advisor.emit import (
 )
 from fp8advisor.errors import AdvisorError
 from fp8advisor.files import guard_output
-from fp8advisor.formats import FILE_FORMATS, FILTER_FQNS_MEANING
+from fp8advisor.frameworks.formats import FILE_FORMATS, FILTER_FQNS_MEANING
+from fp8advisor.predict.roofline import get_specs
 from fp8advisor.recipes import ALL_RECIPES, Recipe, parse_recipe
-from fp8advisor.roofline import get_specs
+from fp8advisor.request import AUTO, DEFAULT_BATCH, DEFAULT_MIN_SPEEDUP, DEFAULT_SEQ, SuggestRequest
 
 _FORMATS = ", ".join(f.value for f in FILE_FORMATS)
 
@@ -88,8 +86,8 @@ def suggest(
         help="The model: model.py[:factory(args)], a HF config.json or directory, a Hub id (org/name), or "
         "torchtitan:MODEL/FLAVOR.",
     ),
-    batch: int = typer.Option(1, "--batch", help="Sequences per step on one GPU."),
-    seq: int = typer.Option(8192, "--seq", help="Tokens per sequence."),
+    batch: int = typer.Option(DEFAULT_BATCH, "--batch", help="Sequences per step on one GPU."),
+    seq: int = typer.Option(DEFAULT_SEQ, "--seq", help="Tokens per sequence."),
     recipe: str = typer.Option(
         AUTO,
         "--recipe",
@@ -172,8 +170,8 @@ def suggest(
         guard_output(output, inputs=_input_files(target, profile, grouped_profile), force=force)
     committed = read_committed(check_file) if check_file is not None else None
 
-    from fp8advisor.layers import inspect_model
-    from fp8advisor.profile import select_profile
+    from fp8advisor.inspect.layers import inspect_model
+    from fp8advisor.predict.profile import select_profile
 
     with err_console.status(f"inspecting {target} ..."):
         model_layers = inspect_model(target, batch=batch, seq=seq)
@@ -198,7 +196,7 @@ def suggest(
     if check_file is None and (as_json or config_format is None or output is not None):
         with err_console.status("predicting the training step ..."):
             step = _step_report(advice, model_layers, choice, gpu, step_config)
-    request = Request(
+    request = SuggestRequest(
         target=target,
         batch=batch,
         seq=seq,
@@ -278,8 +276,8 @@ def _in_context_reader(
     measured: str | None, automatic: bool, model_layers, choice, gpu: str | None, tensor_parallel: int
 ):
     """`measured.in_context_reader` for the GPU family of --gpu, else of the profile."""
-    from fp8advisor.measured import in_context_reader
-    from fp8advisor.roofline import gpu_family
+    from fp8advisor.advice.in_context import in_context_reader
+    from fp8advisor.predict.roofline import gpu_family
 
     family = gpu_family(gpu) if gpu is not None else choice.primary.family
     return in_context_reader(
@@ -292,8 +290,8 @@ def _in_context_reader(
 
 
 def _step_config(world_size: int, ac: str, grad_accum: int, float8_all_gather: bool, recipe: str):
+    from fp8advisor.advice.step import Checkpointing, StepConfig
     from fp8advisor.errors import parse_choice
-    from fp8advisor.step import Checkpointing, StepConfig
 
     config = StepConfig(
         world_size=world_size,
@@ -308,8 +306,8 @@ def _step_config(world_size: int, ac: str, grad_accum: int, float8_all_gather: b
 def _step_report(advice: Advice, model_layers, choice, gpu: str | None, config):
     """The step model for the advice, or None with tensor parallelism (not modelled) or without an op census
     (a model inspected by other means)."""
-    from fp8advisor.predict import roofline_specs_for
-    from fp8advisor.step import StepGpu, step_report
+    from fp8advisor.advice.step import StepGpu, step_report
+    from fp8advisor.predict.speedup import roofline_specs_for
 
     if advice.tensor_parallel > 1 or getattr(model_layers, "census", None) is None:
         return None
@@ -327,7 +325,7 @@ def _footnoted_reason(reason: str) -> str:
     """The reason a decision row points to with a footnote: '' for 'predicted 1.35x >= 1.20' (the speedup
     has its own column, the threshold is in the title); a block measured in context without its times (the
     in-context section shows them); any other whole."""
-    from fp8advisor.measured import MEASURED_IN_CONTEXT
+    from fp8advisor.advice.in_context import MEASURED_IN_CONTEXT
 
     if reason.startswith("predicted ") and (" >= " in reason or " < " in reason):
         return ""
@@ -519,7 +517,7 @@ def _print_report(advice: Advice, fp8_off: bool) -> None:
 
 def _print_experts(advice: Advice) -> None:
     """The routed-experts section: one row per group (folded over blocks), decided as one."""
-    from fp8advisor.report import expert_rows
+    from fp8advisor.measure.heatmaps import expert_rows
 
     if not advice.experts:
         return

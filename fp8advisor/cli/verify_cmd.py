@@ -10,10 +10,10 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from fp8advisor.advise import AUTO, DEFAULT_MIN_SPEEDUP
-from fp8advisor.cli import command, console, err_console
-from fp8advisor.formats import FILTER_FQNS_MEANING
+from fp8advisor.cli.common import command, console, err_console
+from fp8advisor.frameworks.formats import FILTER_FQNS_MEANING
 from fp8advisor.recipes import parse_recipe
+from fp8advisor.request import AUTO, DEFAULT_BATCH, DEFAULT_MIN_SPEEDUP, DEFAULT_SEQ
 
 #: Differences listed in full up to this many; the rest are counted (the table and --json have them all).
 _MAX_LISTED = 20
@@ -42,13 +42,14 @@ def verify_command(
         None,
         "--batch",
         show_default=False,
-        help="Sequences per step on one GPU (for the advice). Default: the config's header, else 1.",
+        help="Sequences per step on one GPU (for the advice). Default: the config's header, else "
+        f"{DEFAULT_BATCH}.",
     ),
     seq: int | None = typer.Option(
         None,
         "--seq",
         show_default=False,
-        help="Tokens per sequence (for the advice). Default: the config's header, else 8192.",
+        help=f"Tokens per sequence (for the advice). Default: the config's header, else {DEFAULT_SEQ}.",
     ),
     recipe: str | None = typer.Option(
         None,
@@ -108,10 +109,11 @@ def verify_command(
     """
     if recipe is not None and recipe != AUTO:
         parse_recipe(recipe)  # a clear error before the model is built
-    from fp8advisor.verify import advice_settings, verify
+    from fp8advisor.verification.verifier import advice_settings, verify
 
-    settings, disagreement = advice_settings(
+    request, from_header, disagreement = advice_settings(
         config,
+        target,
         batch=batch,
         seq=seq,
         recipe=recipe,
@@ -119,31 +121,17 @@ def verify_command(
         min_speedup=min_speedup,
         tensor_parallel=tensor_parallel,
         measured=measured,
-        target=target,
         expert_parallel=expert_parallel,
         grouped_profile=grouped_profile,
     )
     if disagreement is not None:
         err_console.print(Text("note: ", style="yellow") + Text(disagreement), soft_wrap=True)
     with err_console.status(f"verifying {config} on {target} ..."):
-        report = verify(
-            target,
-            config,
-            batch=settings.batch,
-            seq=settings.seq,
-            recipe=settings.recipe,
-            profile=settings.profile,
-            min_speedup=settings.min_speedup,
-            trust_config=trust_config,
-            tensor_parallel=settings.tensor_parallel,
-            measured=settings.measured,
-            expert_parallel=settings.expert_parallel,
-            grouped_profile=settings.grouped_profile,
-        )
+        report = verify(request, config, trust_config=trust_config)
     if as_json:
         console.print_json(json.dumps(report.to_json()), indent=2, highlight=False)
     else:
-        _print_report(report, settings)
+        _print_report(report, request, from_header)
     if not report.passed:
         raise typer.Exit(report.exit_code)
 
@@ -156,7 +144,7 @@ def _db(value: float | None) -> str:
 
 def _group(report) -> list[tuple[str, int, object]]:
     """Fold rows that read the same (repeated blocks) into one: (pattern, count, members)."""
-    from fp8advisor.layers import fold_repeated
+    from fp8advisor.inspect.layers import fold_repeated
 
     def same(layer) -> tuple:
         return (
@@ -195,10 +183,9 @@ def _print_experts(report) -> None:
         )
 
 
-def _print_report(report, settings) -> None:
-    from fp8advisor.verify import experts_summary
+def _print_report(report, settings, from_header: tuple[str, ...]) -> None:
+    from fp8advisor.verification.verifier import experts_summary
 
-    from_header = settings.from_header
     config = report.config
     execution = report.execution
     console.print(
@@ -237,7 +224,7 @@ def _print_report(report, settings) -> None:
             f"         whole-model output SQNR float8 vs bf16: {_db(execution.model_output_sqnr_db)} dB"
         )
     if config.enabled and config.framework.uses_substring_filter and config.filter_fqns is not None:
-        from fp8advisor.configs import AUTO_FILTER_FLAG
+        from fp8advisor.frameworks.reader import AUTO_FILTER_FLAG
 
         entries = [entry for entry in config.filter_fqns if entry != AUTO_FILTER_FLAG]
         count = f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}"

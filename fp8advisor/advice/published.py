@@ -1,0 +1,274 @@
+"""Published end-to-end results, and what the step model predicts for each of them.
+
+`data/anchors/published_step_results.json` holds the published figures with their sources and set-ups; this
+module runs the step model (`fp8advisor.advice.step`) on each set-up exactly as published (the same layers in
+float8, the same parallelism, recomputation and gradient accumulation) and puts predicted beside published.
+`fit_in_step_efficiency` is the step model's only calibration: the one `fit: true` figure sets it.
+`benchmarks/calibrate_step_model.py` writes the calibration file and the table of docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from fp8advisor.advice.step import (
+    ANCHORS_PATH,
+    CALIBRATION_SCHEMA,
+    Calibration,
+    Checkpointing,
+    StepConfig,
+    StepGpu,
+    StepPrediction,
+    predict_step,
+)
+from fp8advisor.errors import ProfileError
+from fp8advisor.recipes import Recipe
+
+ANCHORS_SCHEMA = "fp8advisor.step-anchors/1"
+
+
+@dataclass(frozen=True)
+class PublishedResult:
+    recipe: Recipe | None  # None: the bf16 baseline
+    tokens_per_s_per_gpu: float | None
+    speedup: float | None
+    float8_all_gather: bool = False
+    fit: bool = False
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """One published set-up and its results."""
+
+    id: str
+    source: str
+    setup: str
+    software: dict
+    model: str  # an fp8advisor target reproducing the published model's shapes and names
+    gpu: str
+    batch: int
+    seq: int
+    config: StepConfig
+    keep_bf16: tuple[str, ...]  # filter_fqns of the published run (substring match)
+    results: tuple[PublishedResult, ...]
+
+
+def load_anchors(path: Path | str = ANCHORS_PATH) -> list[Anchor]:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("schema") != ANCHORS_SCHEMA:
+            raise ValueError(f"schema is {data.get('schema')!r}")
+        return [_anchor(entry) for entry in data["anchors"]]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ProfileError(f"cannot read the published anchors {path}: {error}") from None
+
+
+def _anchor(entry: dict) -> Anchor:
+    results = tuple(
+        PublishedResult(
+            recipe=None if result["recipe"] is None else Recipe(result["recipe"]),
+            tokens_per_s_per_gpu=result.get("tokens_per_s_per_gpu"),
+            speedup=result.get("speedup"),
+            float8_all_gather=bool(result.get("float8_all_gather", False)),
+            fit=bool(result.get("fit", False)),
+        )
+        for result in entry["results"]
+    )
+    config = StepConfig(
+        world_size=int(entry["world_size"]),
+        ac=Checkpointing(entry["ac"]),
+        grad_accum=int(entry["grad_accum"]),
+    )
+    return Anchor(
+        id=entry["id"],
+        source=entry["source"],
+        setup=entry["setup"],
+        software=dict(entry.get("software", {})),
+        model=entry["model"],
+        gpu=entry["gpu"],
+        batch=int(entry["batch"]),
+        seq=int(entry["seq"]),
+        config=config,
+        keep_bf16=tuple(entry["keep_bf16"]),
+        results=results,
+    )
+
+
+@dataclass(frozen=True)
+class AnchorPrediction:
+    """The step model on one published set-up: its bf16 step and one step per published float8 result."""
+
+    anchor: Anchor
+    profile: str  # the profile that priced the Linear layers
+    bf16: StepPrediction
+    float8: tuple[tuple[PublishedResult, StepPrediction], ...]
+
+    def speedup(self, result: PublishedResult) -> float:
+        step = next(step for published, step in self.float8 if published is result)
+        return self.bf16.step_s / step.step_s
+
+
+def predict_anchor(anchor: Anchor, calibration: Calibration, model_layers=None) -> AnchorPrediction:
+    """Run the step model on `anchor` as published: every convertible Linear whose FQN contains no
+    `keep_bf16` entry in float8, with the profile fp8advisor picks for the anchor's GPU."""
+    from fp8advisor.advice.decide import decide_layers, default_predictor
+    from fp8advisor.inspect.layers import inspect_model
+    from fp8advisor.predict.profile import select_profile
+    from fp8advisor.predict.roofline import get_specs
+
+    if model_layers is None:
+        model_layers = inspect_model(anchor.model, batch=anchor.batch, seq=anchor.seq)
+    choice = select_profile(None, device_name=anchor.gpu, detect_device=False)
+    predictor = default_predictor(choice)
+    gpu = StepGpu.of(get_specs(anchor.gpu))
+    bf16_layers = decide_layers(model_layers.layers, Recipe.TENSORWISE, predictor, 1.0, 1)
+    bf16 = predict_step("bf16", "bf16", model_layers, bf16_layers, (), gpu, anchor.config, calibration)
+    steps = []
+    for result in anchor.results:
+        if result.recipe is None:
+            continue
+        layers = decide_layers(model_layers.layers, result.recipe, predictor, 1.0, 1)
+        converted = [
+            layer.fqn
+            for layer in layers
+            if layer.counts_in_linear_time and not any(entry in layer.fqn for entry in anchor.keep_bf16)
+        ]
+        config = replace(anchor.config, float8_all_gather=result.float8_all_gather)
+        step = predict_step(
+            result.recipe.value,
+            result.recipe.value,
+            model_layers,
+            layers,
+            converted,
+            gpu,
+            config,
+            calibration,
+        )
+        steps.append((result, step))
+    return AnchorPrediction(anchor, choice.describe(), bf16, tuple(steps))
+
+
+def fit_in_step_efficiency(anchors: Sequence[Anchor], model_layers=None) -> dict:
+    """The in-step efficiency that makes the predicted bf16 step of the one `fit: true` result equal the
+    published one: modelled kernel time / published step time.
+
+    Exact as long as the set-up's communication hides under its compute (checked: otherwise no efficiency
+    could explain the figure by compute alone). `model_layers`: the fitting anchor's, already inspected.
+    """
+    fitting = [(a, r) for a in anchors for r in a.results if r.fit]
+    if len(fitting) != 1 or fitting[0][1].recipe is not None or fitting[0][1].tokens_per_s_per_gpu is None:
+        raise ProfileError("exactly one bf16 throughput must be marked `fit: true` in the anchors")
+    anchor, result = fitting[0]
+    published_step_s = anchor.batch * anchor.seq / result.tokens_per_s_per_gpu
+    kernels = predict_anchor(anchor, Calibration(1.0, "no calibration"), model_layers).bf16
+    kernel_time_s = kernels.step_s - kernels.term("communication").seconds
+    if kernels.communication_s > published_step_s:
+        raise ProfileError(
+            f"{anchor.id}: modelled communication ({kernels.communication_s:.3g} s) exceeds the published "
+            f"step ({published_step_s:.3g} s): the communication model cannot be right"
+        )
+    return {
+        "schema": CALIBRATION_SCHEMA,
+        "in_step_efficiency": float(f"{kernel_time_s / published_step_s:.6g}"),
+        "fitted_to": f"{anchor.id}: bf16 {result.tokens_per_s_per_gpu:g} tokens/s/GPU ({anchor.source})",
+        "published_step_s": float(f"{published_step_s:.6g}"),
+        "modelled_kernel_time_s": float(f"{kernel_time_s:.6g}"),
+        "how": (
+            "modelled kernel time of the bf16 step of this set-up (every term but the hidden communication) "
+            "/ the published step time (batch x seq / tokens per second per GPU)"
+        ),
+    }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One published figure beside the step model's prediction."""
+
+    anchor: str
+    gpu: str
+    what: str  # "bf16" or the recipe (with "+ float8 all-gather")
+    published_tokens_per_s: float | None
+    predicted_tokens_per_s: float
+    published_speedup: float | None
+    predicted_speedup: float | None
+    role: str  # "fitted" (sets the in-step efficiency) or "check"
+    linear_figures: str  # provenance of the Linear figures that priced it (speedups, bf16 times)
+
+    @property
+    def speedup_error(self) -> float | None:
+        """predicted / published speedup - 1."""
+        if self.published_speedup is None or self.predicted_speedup is None:
+            return None
+        return self.predicted_speedup / self.published_speedup - 1
+
+
+def comparisons(prediction: AnchorPrediction) -> list[Comparison]:
+    """Every published figure of one anchor beside what the step model predicts for it."""
+    anchor = prediction.anchor
+    rows = []
+    for result in anchor.results:
+        if result.recipe is None:
+            step, speedup = prediction.bf16, None
+            what = "bf16"
+            figures = f"bf16 times {prediction.bf16.term('linear_bf16').provenance}"
+        else:
+            step = next(step for published, step in prediction.float8 if published is result)
+            speedup = prediction.bf16.step_s / step.step_s
+            what = result.recipe.value + (" + float8 all-gather" if result.float8_all_gather else "")
+            figures = (
+                f"speedups {step.speedup_provenance}, "
+                f"bf16 times {prediction.bf16.term('linear_bf16').provenance}"
+            )
+        rows.append(
+            Comparison(
+                anchor=anchor.id,
+                gpu=anchor.gpu,
+                what=what,
+                published_tokens_per_s=result.tokens_per_s_per_gpu,
+                predicted_tokens_per_s=step.tokens_per_s,
+                published_speedup=result.speedup,
+                predicted_speedup=speedup,
+                role="fitted" if result.fit else "check",
+                linear_figures=figures,
+            )
+        )
+    return rows
+
+
+def markdown_table(rows: Sequence[Comparison]) -> str:
+    """The published-vs-predicted table of docs/benchmarks.md."""
+
+    def number(value: float | None, pattern: str) -> str:
+        return "-" if value is None else format(value, pattern)
+
+    lines = [
+        "| anchor | GPU | run | published tok/s/GPU | predicted tok/s/GPU | published speedup "
+        "| predicted speedup | predicted / published | role | Linear figures |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for row in rows:
+        error = row.speedup_error
+        lines.append(
+            f"| {row.anchor} | {row.gpu} | {row.what} | {number(row.published_tokens_per_s, '.1f')} "
+            f"| {row.predicted_tokens_per_s:.1f} | {number(row.published_speedup, '.3f')} "
+            f"| {number(row.predicted_speedup, '.3f')} | {'-' if error is None else f'{error:+.1%}'} "
+            f"| {row.role} | {row.linear_figures} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+__all__ = [
+    "Comparison",
+    "comparisons",
+    "markdown_table",
+    "Anchor",
+    "AnchorPrediction",
+    "PublishedResult",
+    "fit_in_step_efficiency",
+    "load_anchors",
+    "predict_anchor",
+]

@@ -1,0 +1,49 @@
+"""Where the in-context search of `bench --model` starts: the profile's advice and torchao's auto filter for
+each measured unit, besides all-bf16 and "all" (`fp8advisor.measure.in_context` measures from there)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fp8advisor.advice.decide import (
+    DEFAULT_MIN_SPEEDUP,
+    decide_layers,
+    default_predictor,
+    torchao_auto_filter_converts,
+)
+from fp8advisor.recipes import parse_recipe
+
+
+def seed_sets(discovery, recipes: Sequence[str], profile_choice) -> dict[str, dict[str, dict]]:
+    """Where the in-context search of `bench --model` starts (`fp8advisor.measure.in_context`), for each unit
+    of `discovery` (`fp8advisor.inspect.blocks.Discovery`).
+
+    `seeds[recipe][unit pattern]`: the float8 sets the search starts from besides all-bf16 and "all": the
+    profile's advice ("advice", at its default --min-speedup) and torchao's auto filter ("auto", for the
+    recipes it serves), as names relative to the unit."""
+    layers = discovery.model_layers.layers
+    predictor = default_predictor(profile_choice)
+    seeds: dict[str, dict[str, dict]] = {}
+    for name in recipes:
+        recipe = parse_recipe(name)
+        advised = {
+            layer.fqn
+            for layer in decide_layers(layers, recipe, predictor, DEFAULT_MIN_SPEEDUP, 1)
+            if layer.convert
+        }
+        try:
+            auto = torchao_auto_filter_converts(layers, recipe)
+        except NotImplementedError:  # torchao's auto filter does not serve this recipe
+            auto = None
+        seeds[recipe.value] = {
+            unit.pattern: {
+                "all": unit.convertible,
+                "advice": unit.relative(advised),
+                **({"auto": unit.relative(auto)} if auto is not None else {}),
+            }
+            for unit in discovery.units
+        }
+    return seeds
+
+
+__all__ = ["seed_sets"]

@@ -1,0 +1,28 @@
+"""Stage 2, frameworks: what each training framework's float8 config means, read as the framework reads it.
+
+In: the config formats (torchtitan TOML and Python, NeMo AutoModel, accelerate, torchao, a bare filter list,
+Megatron-Core) and a config file. Out: `ConfigFormat`, which Linear layers each framework converts under a
+filter (`filters`), and a config file read back as its framework would (`reader.read_config` ->
+`FrameworkConfig`), a Python filter evaluated from its syntax without running it (`filter_eval`).
+
+- `formats`: the format list, shared by the writer (`fp8advisor.emit`), the reader and the simulation, and the
+  header a written config carries (`read_header`).
+- `filters`: each framework's conversion rule, torchao's auto filter, and the shortest exact filter list.
+- `filter_eval`: a `module_filter_fn`'s answers, worked out from its source.
+- `reader`: a config FILE -> `FrameworkConfig` (FP8 on?, which recipe, which Linear converts).
+"""
+
+from fp8advisor._lazy import lazy_exports
+
+_EXPORTS = {
+    "ConfigFormat": "fp8advisor.frameworks.formats",
+    "parse_format": "fp8advisor.frameworks.formats",
+    "read_header": "fp8advisor.frameworks.formats",
+    "SuggestHeader": "fp8advisor.frameworks.formats",
+    "shortest_exact_filter": "fp8advisor.frameworks.filters",
+    "auto_filter_keeps": "fp8advisor.frameworks.filters",
+    "read_config": "fp8advisor.frameworks.reader",
+    "FrameworkConfig": "fp8advisor.frameworks.reader",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,708 @@
+"""A Python module filter's answers, worked out from its source without running it.
+
+`fp8advisor verify --config train.py` must know which layers the `module_filter_fn` (torchao) or
+`module_filter_func` (accelerate) of a config converts. Running that function runs the config's code: its
+body, its default arguments, a lambda. So by default nothing of the file runs: `FilterEvaluator` reads the
+function's syntax tree and evaluates it itself, on the few constructs real filter functions are made of, and
+refuses any other construct with a ConfigError naming it and its line. `verify --trust-config` runs the
+function instead (`fp8advisor.frameworks.reader`).
+
+What is evaluated:
+
+- names: the function's arguments (the module and its FQN), its locals (`name = ...`, `for name in ...`),
+  and module-level constants of the same file that are literals (strings, numbers, lists, tuples and sets of
+  them, `frozenset({...})`), assigned once and never changed;
+- statements: `return`, `if`/`elif`/`else`, `for NAME in ...` with `break`/`continue`, `name = ...`, `pass`,
+  a docstring;
+- expressions: literals; `and`, `or`, `not`, `x if c else y`; comparisons (`==`, `<`, `in`, `not in`,
+  `is None`, ...); `+ - * / // %` on numbers and `+` on strings; subscripts and slices of strings and tuples;
+  list, tuple and set displays and comprehensions; the builtins `any`, `all`, `len`, `min`, `max`, `sorted`,
+  `bool`, `set`, `frozenset`, `tuple`, `list`; `isinstance(module, nn.Linear)` (or `torch.nn.Linear`, as the
+  file imports it); `module.in_features`, `module.out_features`, `module.bias`, `module.weight.shape`; the
+  string methods `startswith`, `endswith`, `split`, `rsplit`, `lower`, `upper`, `strip`.
+
+Values stay plain (strings, numbers, tuples, sets, `torch.Size`, None); the module and its weight are read
+only through the attributes above. Nothing the file defines is called, and every loop runs over a finite
+literal or a string, so an evaluation always ends.
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from fp8advisor.errors import ConfigError
+
+#: The classes a filter may test with isinstance, by the dotted name the file's imports give them.
+_CLASSES: dict[str, type] = {
+    "torch.nn.Linear": nn.Linear,
+    "torch.nn.modules.linear.Linear": nn.Linear,
+    "torch.nn.Module": nn.Module,
+}
+#: Attributes read on the module (an nn.Module) and on its weight (a tensor).
+_MODULE_ATTRIBUTES = frozenset({"in_features", "out_features", "weight", "bias"})
+_TENSOR_ATTRIBUTES = frozenset({"shape"})
+#: Methods called on a string value (never on anything else).
+_STRING_METHODS = frozenset({"startswith", "endswith", "split", "rsplit", "lower", "upper", "strip"})
+#: The builtins a filter may call; each is given plain values only.
+_BUILTINS: dict[str, Callable] = {
+    "any": any,
+    "all": all,
+    "len": len,
+    "min": min,
+    "max": max,
+    "sorted": sorted,
+    "bool": bool,
+    "set": set,
+    "frozenset": frozenset,
+    "tuple": tuple,
+    "list": list,
+}
+#: Types of the values the evaluator computes with (torch.Size: `module.weight.shape`).
+_PLAIN_TYPES = (str, int, float, bool, type(None), tuple, list, set, frozenset, torch.Size)
+_NUMBER_TYPES = (int, float)  # bool is an int, as in Python
+
+_COMPARE: dict[type, Callable[[Any, Any], bool]] = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+    ast.Is: operator.is_,
+    ast.IsNot: operator.is_not,
+}
+_ARITHMETIC: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+}
+#: Methods that change a list or set in place: a constant they are called on is not a constant.
+_MUTATING_METHODS = frozenset(
+    {"append", "extend", "insert", "remove", "pop", "clear", "add", "discard", "update", "sort", "reverse"}
+)
+#: Words for the constructs the evaluator refuses, by syntax node type.
+_CONSTRUCT_WORDS: dict[type, str] = {
+    ast.While: "a while loop",
+    ast.Try: "a try statement",
+    ast.With: "a with statement",
+    ast.Raise: "a raise statement",
+    ast.Assert: "an assert statement",
+    ast.Import: "an import",
+    ast.ImportFrom: "an import",
+    ast.Global: "a global statement",
+    ast.Nonlocal: "a nonlocal statement",
+    ast.Delete: "a del statement",
+    ast.AugAssign: "an augmented assignment",
+    ast.FunctionDef: "a nested function",
+    ast.AsyncFunctionDef: "a nested function",
+    ast.ClassDef: "a class definition",
+    ast.Lambda: "a lambda inside the filter",
+    ast.JoinedStr: "an f-string",
+    ast.Dict: "a dict",
+    ast.DictComp: "a dict comprehension",
+    ast.NamedExpr: "an assignment expression",
+    ast.Starred: "a starred expression",
+    ast.Await: "an await",
+    ast.Yield: "a yield",
+    ast.YieldFrom: "a yield",
+    ast.Expr: "an expression statement",
+}
+
+Function = ast.FunctionDef | ast.Lambda
+
+
+class _Refused(Exception):
+    """A construct the evaluator does not evaluate (becomes the ConfigError that names --trust-config)."""
+
+    def __init__(self, node: ast.AST, what: str):
+        super().__init__(what)
+        self.node = node
+        self.what = what
+
+
+class _Return(Exception):
+    def __init__(self, value: Any):
+        self.value = value
+
+
+class _Break(Exception):
+    pass
+
+
+class _Continue(Exception):
+    pass
+
+
+def _snippet(node: ast.AST) -> str:
+    text = " ".join(ast.unparse(node).split())
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _describe(node: ast.AST) -> str:
+    if isinstance(node, ast.Call):
+        return f"the call `{_snippet(node)}`"
+    words = _CONSTRUCT_WORDS.get(type(node), type(node).__name__)
+    return f"{words} `{_snippet(node)}`"
+
+
+class FilterEvaluator:
+    """`(module, fqn) -> bool` of a filter function (`def` or `lambda`), evaluated from its syntax tree.
+
+    Construction checks the whole function and evaluates its default arguments: a construct outside the list
+    in the module docstring raises ConfigError there, before any model is built. A call that fails on a
+    particular module (an index out of range, a comparison of a module with a string) raises ConfigError
+    naming that module's FQN.
+    """
+
+    def __init__(self, function: Function, tree: ast.Module, path: Path):
+        self.function = function
+        self.path = path
+        self._module_names = _module_bindings(tree)
+        self._tree = tree
+        self._constants: dict[str, Any] = {}
+        self._classes: dict[str, type] = {}  # dotted name in the file -> class, for isinstance
+        self._locals = _assigned_names(function)
+        try:
+            self._parameters, defaults = self._check_signature(function)
+            for statement in self._body(function):
+                self._check(statement, frozenset(self._parameters) | self._locals)
+            self._defaults = [self._plain(self._evaluate(d, {}), d) for d in defaults]
+        except _Refused as refused:
+            raise self._error(refused) from None
+
+    # --- the answer -------------------------------------------------------------------------------------
+
+    def __call__(self, module: nn.Module, fqn: str) -> bool:
+        # The framework passes two arguments; the parameters after them take their defaults.
+        required = len(self._parameters) - len(self._defaults)
+        scope = dict(zip(self._parameters, [module, fqn, *self._defaults[2 - required :]], strict=True))
+        try:
+            if isinstance(self.function, ast.Lambda):
+                result = self._evaluate(self.function.body, scope)
+            else:
+                result = self._run_block(self.function.body, scope)
+            return self._truth(result, self.function)
+        except _Refused as refused:
+            raise self._error(refused, fqn) from None
+        except (_Break, _Continue):  # pragma: no cover - `_check` allows them inside a loop only
+            raise self._error(_Refused(self.function, "break or continue outside a loop"), fqn) from None
+        except Exception as error:
+            raise ConfigError(
+                f"the filter function raised on {fqn!r}: {type(error).__name__}: {error}",
+                location=f"{self.path}:{self.function.lineno}",
+                hint="the filter may use only its arguments, literal module-level constants, and "
+                "nn.Linear's in_features, out_features and weight.shape",
+            ) from None
+
+    def _error(self, refused: _Refused, fqn: str | None = None) -> ConfigError:
+        on = f" (on {fqn!r})" if fqn is not None else ""
+        return ConfigError(
+            f"cannot evaluate {refused.what} in the filter function{on} without running the file's code: "
+            "pass --trust-config to run it",
+            location=f"{self.path}:{getattr(refused.node, 'lineno', self.function.lineno)}",
+            hint="verify decides a Python filter without running it; it evaluates literal names and sets, "
+            "fqn tests (in, ==, startswith, endswith), isinstance(module, nn.Linear) and "
+            "in_features/out_features arithmetic. --trust-config runs the function as your framework "
+            "will: use it only for a file you trust",
+        )
+
+    # --- checking, before anything runs -----------------------------------------------------------------
+
+    def _check_signature(self, function: Function) -> tuple[list[str], list[ast.expr]]:
+        arguments = function.args
+        if isinstance(function, ast.FunctionDef) and function.decorator_list:
+            decorator = function.decorator_list[0]
+            raise _Refused(decorator, f"the decorator `@{_snippet(decorator)}`")
+        if arguments.vararg or arguments.kwarg or arguments.kwonlyargs:
+            raise _Refused(function, "a *args, **kwargs or keyword-only parameter")
+        parameters = [argument.arg for argument in (*arguments.posonlyargs, *arguments.args)]
+        required = len(parameters) - len(arguments.defaults)
+        if required > 2 or len(parameters) < 2:
+            raise _Refused(
+                function,
+                f"a filter of {len(parameters)} parameters ({required} required): the framework "
+                "passes two, the module and its FQN",
+            )
+        for default in arguments.defaults:
+            self._check(default, frozenset())
+        return parameters, list(arguments.defaults)
+
+    def _body(self, function: Function) -> list[ast.AST]:
+        return [function.body] if isinstance(function, ast.Lambda) else list(function.body)
+
+    def _check(self, node: ast.AST, bound: frozenset[str], in_loop: bool = False) -> None:
+        """Refuse `node` unless every construct in it is one the evaluator evaluates."""
+        check = self._check
+        if isinstance(node, ast.Return):
+            if node.value is not None:
+                check(node.value, bound)
+        elif isinstance(node, ast.If):
+            check(node.test, bound)
+            for statement in (*node.body, *node.orelse):
+                check(statement, bound, in_loop)
+        elif isinstance(node, ast.For):
+            if not isinstance(node.target, ast.Name):
+                raise _Refused(node, f"the loop target `{_snippet(node.target)}` (write a single name)")
+            check(node.iter, bound)
+            for statement in (*node.body, *node.orelse):
+                check(statement, bound, in_loop=True)
+        elif isinstance(node, (ast.Break, ast.Continue)):
+            if not in_loop:
+                raise _Refused(node, "break or continue outside a loop")
+        elif isinstance(node, ast.Pass):
+            pass
+        elif isinstance(node, ast.Assign):
+            if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
+                raise _Refused(node, f"the assignment `{_snippet(node)}` (assign one name)")
+            check(node.value, bound)
+        elif isinstance(node, ast.AnnAssign):
+            if not isinstance(node.target, ast.Name) or node.value is None:
+                raise _Refused(node, f"the assignment `{_snippet(node)}` (assign one name)")
+            check(node.value, bound)
+        elif isinstance(node, ast.Expr):
+            if not isinstance(node.value, ast.Constant):  # a call for its effect: nothing a filter needs
+                raise _Refused(node, _describe(node.value))
+            # a docstring, or a bare literal: nothing to evaluate
+        elif isinstance(node, ast.Constant):
+            if not isinstance(node.value, (str, int, float, bool, type(None))):
+                raise _Refused(node, f"the literal `{_snippet(node)}`")
+        elif isinstance(node, ast.Name):
+            self._check_name(node, bound)
+        elif isinstance(node, ast.Attribute):
+            if node.attr not in _MODULE_ATTRIBUTES | _TENSOR_ATTRIBUTES:
+                raise _Refused(node, f"the attribute `{_snippet(node)}`")
+            check(node.value, bound)
+        elif isinstance(node, ast.Call):
+            self._check_call(node, bound)
+        elif isinstance(node, ast.BoolOp):
+            for value in node.values:
+                check(value, bound)
+        elif isinstance(node, ast.UnaryOp):
+            if not isinstance(node.op, (ast.Not, ast.USub, ast.UAdd)):
+                raise _Refused(node, f"the operator in `{_snippet(node)}`")
+            check(node.operand, bound)
+        elif isinstance(node, ast.BinOp):
+            if type(node.op) not in _ARITHMETIC:
+                raise _Refused(node, f"the operator in `{_snippet(node)}`")
+            check(node.left, bound)
+            check(node.right, bound)
+        elif isinstance(node, ast.Compare):
+            for part in (node.left, *node.comparators):
+                check(part, bound)
+        elif isinstance(node, ast.IfExp):
+            for part in (node.test, node.body, node.orelse):
+                check(part, bound)
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            for element in node.elts:
+                check(element, bound)
+        elif isinstance(node, ast.Subscript):
+            check(node.value, bound)
+            check(node.slice, bound)
+        elif isinstance(node, ast.Slice):
+            for part in (node.lower, node.upper, node.step):
+                if part is not None:
+                    check(part, bound)
+        elif isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
+            inner = bound
+            for generator in node.generators:
+                if generator.is_async or not isinstance(generator.target, ast.Name):
+                    target = generator.target
+                    raise _Refused(target, f"the comprehension target `{_snippet(target)}`")
+                check(generator.iter, inner)
+                inner = inner | {generator.target.id}
+                for condition in generator.ifs:
+                    check(condition, inner)
+            check(node.elt, inner)
+        else:
+            raise _Refused(node, _describe(node))
+
+    def _check_name(self, node: ast.Name, bound: frozenset[str]) -> None:
+        """A local, or a module-level literal constant (its value is read now, once)."""
+        name = node.id
+        if name in bound or name in self._constants:
+            return
+        bindings = self._module_names.get(name, [])
+        if not bindings:
+            raise _Refused(node, f"the name `{name}` (not an argument, a local or a constant of the file)")
+        # Before the bindings are counted: `SKIP[0] = ...` and `for SKIP[0] in ...` name SKIP as a target,
+        # but change it in place rather than bind it again.
+        changed = _changed_at(self._tree, name)
+        if changed is not None:
+            raise _Refused(changed, f"a change of the constant `{name}` (`{_snippet(changed)}`)")
+        statement = bindings[-1]
+        if len(bindings) > 1 or not isinstance(statement, (ast.Assign, ast.AnnAssign)):
+            raise _Refused(
+                node, f"the name `{name}` (bound at line {statement.lineno}, not a literal constant)"
+            )
+        value = literal_value(statement.value)
+        if value is NOT_LITERAL:
+            raise ConfigError(
+                f"the filter uses {name}, which is not a literal constant: {_snippet(statement.value)}",
+                location=f"{self.path}:{statement.lineno}",
+                hint="write the constant as a literal (a set, list or tuple of strings) so it can be read "
+                "alone, or pass --trust-config to run the filter",
+            )
+        self._constants[name] = value
+
+    def _check_call(self, node: ast.Call, bound: frozenset[str]) -> None:
+        if node.keywords or any(isinstance(argument, ast.Starred) for argument in node.args):
+            raise _Refused(node, _describe(node))
+        function = node.func
+        builtin = (
+            function.id if isinstance(function, ast.Name) and self._is_builtin(function.id, bound) else None
+        )
+        if builtin == "isinstance" and len(node.args) == 2:
+            self._check(node.args[0], bound)
+            classes = node.args[1]
+            for reference in classes.elts if isinstance(classes, ast.Tuple) else [classes]:
+                self._check_class(reference)
+            return
+        if isinstance(function, ast.Attribute) and function.attr in _STRING_METHODS:
+            self._check(function.value, bound)
+        elif builtin not in _BUILTINS:
+            raise _Refused(node, _describe(node))
+        for argument in node.args:
+            self._check(argument, bound)
+
+    def _is_builtin(self, name: str, bound: frozenset[str]) -> bool:
+        """True when `name` means Python's builtin here: neither a local nor bound by the file."""
+        return name not in bound and name not in self._module_names
+
+    def _check_class(self, reference: ast.expr) -> None:
+        """`nn.Linear`, `torch.nn.Linear` or `Linear`, resolved through the file's own imports."""
+        parts: list[str] = []
+        node: ast.expr = reference
+        while isinstance(node, ast.Attribute):
+            parts.insert(0, node.attr)
+            node = node.value
+        origin = None
+        if isinstance(node, ast.Name):
+            bindings = self._module_names.get(node.id, [])
+            origins = {_import_origin(statement, node.id) for statement in bindings}
+            if len(origins) == 1:
+                origin = origins.pop()
+        dotted = ".".join([origin, *parts]) if origin else None
+        if dotted not in _CLASSES:
+            raise _Refused(
+                reference,
+                f"the class `{_snippet(reference)}` (isinstance is evaluated for torch.nn.Linear and "
+                "torch.nn.Module, as the file imports them)",
+            )
+        self._classes[ast.unparse(reference)] = _CLASSES[dotted]
+
+    # --- evaluating -------------------------------------------------------------------------------------
+
+    def _run_block(self, statements: list[ast.stmt], scope: dict[str, Any]) -> Any:
+        """Run statements; the function's return value (None when it falls off the end)."""
+        try:
+            for statement in statements:
+                self._run(statement, scope)
+        except _Return as returned:
+            return returned.value
+        return None
+
+    def _run(self, node: ast.stmt, scope: dict[str, Any]) -> None:
+        if isinstance(node, ast.Return):
+            raise _Return(None if node.value is None else self._evaluate(node.value, scope))
+        if isinstance(node, ast.If):
+            branch = node.body if self._truth(self._evaluate(node.test, scope), node.test) else node.orelse
+            for statement in branch:
+                self._run(statement, scope)
+        elif isinstance(node, ast.For):
+            assert isinstance(node.target, ast.Name)
+            for item in self._iterable(self._evaluate(node.iter, scope), node.iter):
+                scope[node.target.id] = item
+                try:
+                    for statement in node.body:
+                        self._run(statement, scope)
+                except _Continue:
+                    continue
+                except _Break:
+                    break
+            else:
+                for statement in node.orelse:
+                    self._run(statement, scope)
+        elif isinstance(node, ast.Break):
+            raise _Break
+        elif isinstance(node, ast.Continue):
+            raise _Continue
+        elif isinstance(node, ast.Assign):
+            target = node.targets[0]
+            assert isinstance(target, ast.Name)
+            scope[target.id] = self._evaluate(node.value, scope)
+        elif isinstance(node, ast.AnnAssign):
+            assert isinstance(node.target, ast.Name) and node.value is not None
+            scope[node.target.id] = self._evaluate(node.value, scope)
+        elif isinstance(node, (ast.Pass, ast.Expr)):
+            pass  # `_check` let through only docstrings and bare literals
+        else:  # pragma: no cover - `_check` refused it
+            raise _Refused(node, _describe(node))
+
+    def _evaluate(self, node: ast.expr, scope: dict[str, Any]) -> Any:
+        evaluate = self._evaluate
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id in scope:
+                return scope[node.id]
+            if node.id in self._locals or node.id in self._parameters:
+                raise UnboundLocalError(f"local variable {node.id!r} referenced before assignment")
+            return self._constants[node.id]
+        if isinstance(node, ast.Attribute):
+            receiver = evaluate(node.value, scope)
+            if node.attr in _MODULE_ATTRIBUTES and isinstance(receiver, nn.Module):
+                return getattr(receiver, node.attr)
+            if node.attr in _TENSOR_ATTRIBUTES and isinstance(receiver, torch.Tensor):
+                return getattr(receiver, node.attr)
+            raise _Refused(node, f"`{_snippet(node)}` on a {type(receiver).__name__}")
+        if isinstance(node, ast.BoolOp):
+            is_and = isinstance(node.op, ast.And)
+            value = None
+            for part in node.values:
+                value = evaluate(part, scope)
+                if self._truth(value, part) is not is_and:
+                    return value
+            return value
+        if isinstance(node, ast.UnaryOp):
+            operand = evaluate(node.operand, scope)
+            if isinstance(node.op, ast.Not):
+                return not self._truth(operand, node.operand)
+            self._number(operand, node.operand)
+            return -operand if isinstance(node.op, ast.USub) else +operand
+        if isinstance(node, ast.BinOp):
+            left, right = evaluate(node.left, scope), evaluate(node.right, scope)
+            strings = isinstance(node.op, ast.Add) and isinstance(left, str) and isinstance(right, str)
+            if not strings:
+                self._number(left, node.left)
+                self._number(right, node.right)
+            return _ARITHMETIC[type(node.op)](left, right)
+        if isinstance(node, ast.Compare):
+            left = evaluate(node.left, scope)
+            for op, comparator in zip(node.ops, node.comparators, strict=True):
+                right = evaluate(comparator, scope)
+                if not isinstance(op, (ast.Is, ast.IsNot)):
+                    self._plain(left, node.left)
+                    self._plain(right, comparator)
+                if not _COMPARE[type(op)](left, right):
+                    return False
+                left = right
+            return True
+        if isinstance(node, ast.IfExp):
+            chosen = node.body if self._truth(evaluate(node.test, scope), node.test) else node.orelse
+            return evaluate(chosen, scope)
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            elements = [self._plain(evaluate(element, scope), element) for element in node.elts]
+            return {ast.Tuple: tuple, ast.List: list, ast.Set: set}[type(node)](elements)
+        if isinstance(node, ast.Subscript):
+            container = evaluate(node.value, scope)
+            if not isinstance(container, (str, tuple, list)):
+                raise _Refused(node, f"`{_snippet(node)}` on a {type(container).__name__}")
+            index = evaluate(node.slice, scope)
+            if not isinstance(index, (int, slice)):
+                raise _Refused(node.slice, f"the index `{_snippet(node.slice)}`")
+            return container[index]
+        if isinstance(node, ast.Slice):
+            bounds = []
+            for part in (node.lower, node.upper, node.step):
+                value = None if part is None else evaluate(part, scope)
+                if value is not None and not isinstance(value, int):
+                    raise _Refused(part, f"the slice bound `{_snippet(part)}`")
+                bounds.append(value)
+            return slice(*bounds)
+        if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
+            values = self._comprehension(node, node.generators, scope)
+            return set(values) if isinstance(node, ast.SetComp) else values
+        if isinstance(node, ast.Call):
+            return self._call(node, scope)
+        raise _Refused(node, _describe(node))  # pragma: no cover - `_check` refused it
+
+    def _comprehension(self, node, generators: list[ast.comprehension], scope: dict[str, Any]) -> list:
+        if not generators:
+            return [self._plain(self._evaluate(node.elt, scope), node.elt)]
+        generator, rest = generators[0], generators[1:]
+        assert isinstance(generator.target, ast.Name)
+        values = []
+        for item in self._iterable(self._evaluate(generator.iter, scope), generator.iter):
+            inner = {**scope, generator.target.id: item}
+            if all(self._truth(self._evaluate(condition, inner), condition) for condition in generator.ifs):
+                values.extend(self._comprehension(node, rest, inner))
+        return values
+
+    def _call(self, node: ast.Call, scope: dict[str, Any]) -> Any:
+        function = node.func
+        if isinstance(function, ast.Attribute):  # a string method
+            receiver = self._evaluate(function.value, scope)
+            if not isinstance(receiver, str):
+                raise _Refused(node, f"`.{function.attr}()` on a {type(receiver).__name__}")
+            arguments = [self._plain(self._evaluate(a, scope), a) for a in node.args]
+            return getattr(receiver, function.attr)(*arguments)
+        assert isinstance(function, ast.Name)
+        if function.id == "isinstance":
+            value = self._evaluate(node.args[0], scope)
+            references = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+            return isinstance(value, tuple(self._classes[ast.unparse(r)] for r in references))
+        arguments = [self._plain(self._evaluate(a, scope), a) for a in node.args]
+        return _BUILTINS[function.id](*arguments)
+
+    # --- what values may do -----------------------------------------------------------------------------
+
+    def _plain(self, value: Any, node: ast.AST) -> Any:
+        if not isinstance(value, _PLAIN_TYPES):
+            raise _Refused(node, f"`{_snippet(node)}`, a {type(value).__name__} used as a value")
+        return value
+
+    def _number(self, value: Any, node: ast.AST) -> None:
+        if not isinstance(value, _NUMBER_TYPES):
+            raise _Refused(node, f"arithmetic on `{_snippet(node)}`, a {type(value).__name__}")
+
+    def _truth(self, value: Any, node: ast.AST) -> bool:
+        return bool(self._plain(value, node))
+
+    def _iterable(self, value: Any, node: ast.AST) -> Any:
+        if not isinstance(value, (str, tuple, list, set, frozenset)):
+            raise _Refused(node, f"a loop over `{_snippet(node)}`, a {type(value).__name__}")
+        return value
+
+
+# ----------------------------------------------------------------------------------------------------
+# The file around the function
+
+
+#: What `literal_value` answers for an expression that is not a literal.
+NOT_LITERAL = object()
+
+
+def literal_value(node: ast.expr) -> Any:
+    """A literal, or set()/frozenset()/tuple()/list() of a literal; `NOT_LITERAL` otherwise."""
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        pass
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("set", "frozenset", "tuple", "list")
+        and len(node.args) <= 1
+        and not node.keywords
+    ):
+        try:
+            inner = ast.literal_eval(node.args[0]) if node.args else ()
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            return NOT_LITERAL
+        return {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list}[node.func.id](inner)
+    return NOT_LITERAL
+
+
+def _module_bindings(tree: ast.Module) -> dict[str, list[ast.stmt]]:
+    """Each name bound by a module-level statement, with the statements that bind it (in file order)."""
+    found: dict[str, list[ast.stmt]] = {}
+
+    def bind(name: str, statement: ast.stmt) -> None:
+        found.setdefault(name, []).append(statement)
+
+    for statement in tree.body:
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bind(statement.name, statement)
+        elif isinstance(statement, (ast.Import, ast.ImportFrom)):
+            for alias in statement.names:
+                bind((alias.asname or alias.name).split(".")[0], statement)
+        else:
+            targets: list[ast.AST] = []
+            if isinstance(statement, ast.Assign):
+                targets = list(statement.targets)
+            elif isinstance(statement, (ast.AnnAssign, ast.AugAssign)):
+                targets = [statement.target]
+            elif isinstance(statement, (ast.For, ast.AsyncFor)):
+                targets = [statement.target]
+            elif isinstance(statement, (ast.With, ast.AsyncWith)):
+                targets = [item.optional_vars for item in statement.items if item.optional_vars]
+            for target in targets:
+                for node in ast.walk(target):
+                    if isinstance(node, ast.Name):
+                        bind(node.id, statement)
+            # Names bound inside module-level if / try / while blocks: bound, but not as a plain constant.
+            if not isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                for node in ast.walk(statement):
+                    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                        bind(node.id, statement)
+                    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                        bind(node.name, statement)
+                    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                        for alias in node.names:
+                            bind((alias.asname or alias.name).split(".")[0], statement)
+    for names in found.values():  # a statement that binds a name twice (a, a = ...) counts once
+        names[:] = list(dict.fromkeys(names))
+    return found
+
+
+def _import_origin(statement: ast.stmt, name: str) -> str | None:
+    """The dotted module path `name` stands for when `statement` imports it ("torch.nn" for `from torch
+    import nn`), None when the statement is no plain import of it."""
+    if isinstance(statement, ast.Import):
+        for alias in statement.names:
+            if alias.asname == name:
+                return alias.name
+            if alias.asname is None and alias.name.split(".")[0] == name:
+                return name
+    elif isinstance(statement, ast.ImportFrom) and statement.level == 0 and statement.module:
+        for alias in statement.names:
+            if (alias.asname or alias.name) == name:
+                return f"{statement.module}.{alias.name}"
+    return None
+
+
+def _assigned_names(function: Function) -> frozenset[str]:
+    """The function's locals: names its statements assign (comprehension variables stay in their own)."""
+    if isinstance(function, ast.Lambda):
+        return frozenset()
+    names: set[str] = set()
+    pending: list[ast.stmt] = list(function.body)
+    while pending:
+        statement = pending.pop()
+        if isinstance(statement, ast.Assign):
+            names.update(t.id for t in statement.targets if isinstance(t, ast.Name))
+        elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+            names.add(statement.target.id)
+        elif isinstance(statement, ast.For):
+            if isinstance(statement.target, ast.Name):
+                names.add(statement.target.id)
+            pending.extend((*statement.body, *statement.orelse))
+        elif isinstance(statement, ast.If):
+            pending.extend((*statement.body, *statement.orelse))
+    return frozenset(names)
+
+
+def _changed_at(tree: ast.Module, name: str) -> ast.AST | None:
+    """A statement anywhere in the file that changes the list or set `name` in place, or makes it global."""
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _MUTATING_METHODS
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == name
+        ):
+            return node
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            if isinstance(node.value, ast.Name) and node.value.id == name:
+                return node
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            return node
+        if isinstance(node, ast.Global) and name in node.names:
+            return node
+    return None
+
+
+__all__ = ["FilterEvaluator", "NOT_LITERAL", "literal_value"]

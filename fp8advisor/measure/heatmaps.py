@@ -1,0 +1,199 @@
+"""Speedup heatmaps of benchmark results: the tables behind them and the PNG (matplotlib, imported lazily);
+and the rows of `suggest`'s routed-experts section.
+
+Layout: one block per recipe; in each, one panel per M with K as rows and N as columns, each cell the speedup
+of the float8 recipe over bf16 at that (M, K, N). The terminal rendering of the same tables lives in
+`fp8advisor.cli.bench_cmd`.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+from fp8advisor.errors import AdvisorError
+from fp8advisor.files import write_atomic
+from fp8advisor.measure.results import Run, Speedup, pair_with_baseline
+from fp8advisor.recipes import ALL_RECIPES
+
+
+@dataclass(frozen=True)
+class HeatmapPanel:
+    """Speedups at one M: `cells[i][j]` is at K = Ks[i], N = Ns[j], None where not measured."""
+
+    recipe: str
+    M: int
+    Ks: tuple[int, ...]
+    Ns: tuple[int, ...]
+    cells: tuple[tuple[float | None, ...], ...]
+
+
+def heatmap_panels(speedups: Sequence[Speedup]) -> dict[str, list[HeatmapPanel]]:
+    """Panels per recipe (torchao's order: tensorwise, rowwise, rowwise_with_gw_hp), each sorted by M."""
+    by_recipe: dict[str, dict[int, dict[tuple[int, int], float]]] = {}
+    for speedup in speedups:
+        by_recipe.setdefault(speedup.recipe, {}).setdefault(speedup.M, {})[(speedup.K, speedup.N)] = (
+            speedup.speedup
+        )
+    order = {recipe.value: index for index, recipe in enumerate(ALL_RECIPES)}
+    panels: dict[str, list[HeatmapPanel]] = {}
+    for recipe, by_M in sorted(by_recipe.items(), key=lambda item: (order.get(item[0], len(order)), item[0])):
+        panels[recipe] = []
+        for M in sorted(by_M):
+            cells = by_M[M]
+            Ks = tuple(sorted({K for K, _ in cells}))
+            Ns = tuple(sorted({N for _, N in cells}))
+            rows = tuple(tuple(cells.get((K, N)) for N in Ns) for K in Ks)
+            panels[recipe].append(HeatmapPanel(recipe=recipe, M=M, Ks=Ks, Ns=Ns, cells=rows))
+    return panels
+
+
+def format_speedup(speedup: float) -> str:
+    """Two decimals, or two significant digits below 0.01 (so that a tiny speedup never reads 0.00)."""
+    return f"{speedup:.2f}" if speedup >= 0.01 else f"{speedup:.1e}"
+
+
+def _size_label(value: int) -> str:
+    return f"{value // 1024}k" if value >= 1024 and value % 1024 == 0 else str(value)
+
+
+def speedup_heatmaps_png(runs: Sequence[Run], path: Path | str, *, title: str | None = None) -> Path:
+    """Write the speedup heatmaps of `runs` to a PNG at `path` and return it.
+
+    Raises AdvisorError when matplotlib is missing (install the `plot` extra) or when there is nothing to
+    plot.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only: never open a window
+        import matplotlib.pyplot as plt
+        from matplotlib.colors import LogNorm
+    except ImportError:
+        raise AdvisorError(
+            "matplotlib is not installed: no heatmap PNG", hint="pip install 'fp8advisor[plot]'"
+        ) from None
+    speedups = pair_with_baseline(runs)
+    panels = heatmap_panels(speedups)
+    if not panels:
+        raise AdvisorError("no float8 point has a bf16 baseline to compare with: nothing to plot")
+    emulated = any(run.emulated for run in runs)
+    basis = {speedup.basis for speedup in speedups}
+    recipes = list(panels)
+    columns = max(len(recipe_panels) for recipe_panels in panels.values())
+    figure, axes = plt.subplots(
+        len(recipes),
+        columns,
+        figsize=(3.2 * columns + 1.5, 3.0 * len(recipes) + 1.0),
+        squeeze=False,
+        layout="constrained",
+    )
+    values = [
+        cell for recipe_panels in panels.values() for p in recipe_panels for row in p.cells for cell in row
+    ]
+    finite = [value for value in values if value]
+    spread = max(max(finite), 1 / min(finite), 1.25)  # symmetric around 1 on a log scale
+    norm = LogNorm(vmin=1 / spread, vmax=spread)
+    image = None
+    for row_index, recipe in enumerate(recipes):
+        for column_index in range(columns):
+            axis = axes[row_index][column_index]
+            if column_index >= len(panels[recipe]):
+                axis.axis("off")
+                continue
+            panel = panels[recipe][column_index]
+            grid = [[cell if cell is not None else float("nan") for cell in row] for row in panel.cells]
+            image = axis.imshow(grid, cmap="RdYlGn", norm=norm, origin="upper", aspect="auto")
+            axis.set_xticks(range(len(panel.Ns)), [_size_label(N) for N in panel.Ns], fontsize=7)
+            axis.set_yticks(range(len(panel.Ks)), [_size_label(K) for K in panel.Ks], fontsize=7)
+            axis.set_xlabel("N", fontsize=8)
+            axis.set_ylabel("K", fontsize=8)
+            axis.set_title(f"{recipe}  M={panel.M}", fontsize=9)
+            for i, row in enumerate(panel.cells):
+                for j, cell in enumerate(row):
+                    if cell is not None:
+                        axis.text(j, i, format_speedup(cell), ha="center", va="center", fontsize=7)
+    if image is not None:
+        figure.colorbar(image, ax=axes, shrink=0.8, label="speedup over bf16 (x)")
+    heading = [title or "float8 speedup over bf16 (bf16 time / float8 time)", ", ".join(sorted(basis))]
+    if emulated:
+        heading.append("EMULATED on the CPU: not a GPU measurement")
+    figure.suptitle("\n".join(heading), fontsize=9)
+    image_bytes = io.BytesIO()
+    figure.savefig(image_bytes, format="png", dpi=110)
+    plt.close(figure)
+    return write_atomic(path, image_bytes.getvalue())
+
+
+@dataclass(frozen=True)
+class ExpertRow:
+    """One row of `suggest`'s routed-experts section: expert groups with one decision, folded over blocks.
+
+    `speedup` is the balanced-routing figure ("1.23x", "-" when none); `speedup_range` "low-high" under the
+    stated imbalance ("" when balanced only); `modelled` says the figure rests on the roofline. `E_local`: the
+    experts per GPU under expert parallelism (`M_per_expert` is per GPU then), None without it."""
+
+    pattern: str
+    count: int
+    n_experts: int
+    top_k: str
+    M_per_expert: str
+    speedup: str
+    speedup_range: str
+    modelled: bool
+    convert: bool
+    reason: str
+    form: str
+    E_local: int | None = None
+
+
+def expert_rows(experts: Sequence) -> list[ExpertRow]:
+    """The rows of the routed-experts section: `ExpertAdvice` of groups whose names differ only in their
+    block indices and whose figures and decision read the same fold into one row
+    (`layers.{3..60}.moe.experts`)."""
+    from fp8advisor.inspect.layers import fold_repeated
+
+    def key(item) -> tuple:
+        e = item.advice
+        speedup = None if e.predicted_speedup is None else round(e.predicted_speedup, 2)
+        spread = None if e.speedup_range is None else tuple(round(v, 2) for v in e.speedup_range)
+        M = None if e.M_per_expert is None else round(e.M_per_expert, 1)
+        local = getattr(e, "E_local", None)
+        return (e.form, e.n_experts, local, e.top_k, M, speedup, spread, e.convert, e.reason, e.provenance)
+
+    items = [SimpleNamespace(fqn=e.group, advice=e) for e in experts]
+    rows = []
+    for folded in fold_repeated(items, key):
+        e = folded.first.advice
+        rows.append(
+            ExpertRow(
+                pattern=folded.pattern,
+                count=len(folded.members),
+                n_experts=e.n_experts,
+                top_k="?" if e.top_k is None else str(e.top_k),
+                M_per_expert="?" if e.M_per_expert is None else f"{e.M_per_expert:g}",
+                speedup="-" if e.predicted_speedup is None else f"{e.predicted_speedup:.2f}x",
+                speedup_range=""
+                if e.speedup_range is None
+                else f"{e.speedup_range[0]:.2f}-{e.speedup_range[1]:.2f}",
+                modelled=e.provenance not in (None, "measured", "published"),
+                convert=e.convert,
+                reason=e.reason,
+                form=e.form,
+                E_local=getattr(e, "E_local", None),
+            )
+        )
+    return rows
+
+
+__all__ = [
+    "ExpertRow",
+    "HeatmapPanel",
+    "expert_rows",
+    "format_speedup",
+    "heatmap_panels",
+    "speedup_heatmaps_png",
+]

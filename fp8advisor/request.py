@@ -1,0 +1,176 @@
+"""The settings of one suggestion, in one record: what `suggest` is asked, what a config's header keeps, and
+what `verify` advises with.
+
+`SuggestRequest` holds each setting once, with its one default. The CLI builds it from `suggest`'s options;
+the writer (`fp8advisor.emit`) turns it into the regenerate command of a config's header (`command_words`);
+the reader (`fp8advisor.frameworks.formats.read_header`) turns that command back into a request
+(`from_command`); `verify` merges its own command line with the header's request (`merge_with_header`).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+DEFAULT_BATCH = 1
+DEFAULT_SEQ = 8192
+#: `--recipe auto`: of the recipes with the strongest figures, the one with the lowest predicted Linear time.
+AUTO = "auto"
+
+#: The default `min_speedup`: layers predicted to gain less than 1% stay in bf16. The published table is
+#: rounded to 0.01, and a layer at a tie gains nothing while float8 still costs it accuracy. The price: where
+#: torchao's auto filter or "convert everything" converts a layer predicted between 1.00x and 1.01x, that
+#: strategy is predicted faster than the advice, by less than 1% of the layer's time (converting exactly the
+#: layers predicted above 1.00x would minimise the predicted Linear time). `suggest` prints the profile's
+#: held-out error (3.0% median, 13% worst on the published H100 table, leave-one-out over 216 points); a team
+#: that wants a wider margin against it raises `--min-speedup` (e.g. 1.05).
+DEFAULT_MIN_SPEEDUP = 1.01
+
+#: setting -> its option on the command line, in the record's order.
+OPTIONS = {
+    "batch": "--batch",
+    "seq": "--seq",
+    "recipe": "--recipe",
+    "profile": "--profile",
+    "min_speedup": "--min-speedup",
+    "tensor_parallel": "--tp",
+    "measured": "--measured",
+    "expert_parallel": "--ep",
+    "grouped_profile": "--grouped-profile",
+}
+#: The order in which the regenerate command names them (files already written keep it).
+_COMMAND_ORDER = (
+    "batch",
+    "seq",
+    "recipe",
+    "profile",
+    "grouped_profile",
+    "min_speedup",
+    "tensor_parallel",
+    "expert_parallel",
+    "measured",
+)
+
+
+@dataclass(frozen=True)
+class SuggestRequest:
+    """What the user asked `suggest` for, as typed (a name, not a resolved file; "auto", not the recipe it
+    chose): a config's header and its regenerate command are built from it alone."""
+
+    target: str  # the TARGET as typed
+    batch: int = DEFAULT_BATCH  # sequences per step on one GPU
+    seq: int = DEFAULT_SEQ  # tokens per sequence
+    recipe: str = AUTO  # a recipe name or "auto"
+    profile: str | None = None  # --profile; None: chosen for this GPU type
+    min_speedup: float = DEFAULT_MIN_SPEEDUP  # convert a layer when its predicted speedup reaches this
+    tensor_parallel: int = 1  # --tp
+    measured: str | None = None  # --measured: in-context results; None: found automatically, or none
+    expert_parallel: int = 1  # --ep: the routed experts are decided per GPU (E / P experts)
+    grouped_profile: str | None = None  # --grouped-profile; None: found automatically, or none
+
+    def command_words(
+        self,
+        format_name: str,
+        output: str | None = None,
+        *,
+        chosen_profile: str | None = None,
+        chosen_measured: str | None = None,
+        chosen_grouped_profile: str | None = None,
+    ) -> list[str]:
+        """The `fp8advisor suggest` command line that regenerates the file, as words (`--check FILE` verifies
+        it). Settings at their default are left out, except batch, seq and recipe, which a reader should see.
+
+        `chosen_profile` pins the profile that was chosen automatically, so that CI on another machine
+        (another GPU, or none) predicts with the same figures; `chosen_grouped_profile` likewise the profile
+        whose grouped figures predicted the MoE experts, when it is not that profile; `chosen_measured` the
+        in-context results found in the profile directory (CI needs that directory: commit a copy, give its
+        path).
+        """
+        pinned = replace(
+            self,
+            profile=self.profile if self.profile is not None else chosen_profile,
+            grouped_profile=self.grouped_profile
+            if self.grouped_profile is not None
+            else chosen_grouped_profile,
+            measured=self.measured if self.measured is not None else chosen_measured,
+        )
+        words = ["fp8advisor", "suggest", self.target]
+        for name in _COMMAND_ORDER:
+            value = getattr(pinned, name)
+            if name in ("batch", "seq", "recipe") or (value is not None and value != _DEFAULTS[name]):
+                words += [OPTIONS[name], _shown(value)]
+        words += ["--format", format_name]
+        if output is not None:
+            words += ["-o", output]
+        return words
+
+    def command(self, format_name: str, output: str | None = None, **chosen: str | None) -> str:
+        """`command_words` as one shell line, each word quoted where the shell needs it."""
+        return " ".join(shlex.quote(word) for word in self.command_words(format_name, output, **chosen))
+
+    @classmethod
+    def from_command(cls, line: str) -> tuple[SuggestRequest, frozenset[str], str | None] | None:
+        """The request a regenerate command holds (the inverse of `command`), the settings it names (the
+        others are defaults) and its `--format`; None when `line` is no such command."""
+        try:
+            words = shlex.split(line)
+        except ValueError:
+            return None
+        if words[:2] != ["fp8advisor", "suggest"] or len(words) < 3:
+            return None
+        options = {
+            word: value for word, value in zip(words, words[1:], strict=False) if word.startswith("--")
+        }
+        by_option = {option: name for name, option in OPTIONS.items()}
+        values: dict[str, Any] = {}
+        try:
+            for option, value in options.items():
+                if option in by_option:
+                    name = by_option[option]
+                    values[name] = _TYPES[name](value)
+        except ValueError:
+            return None
+        return cls(target=words[2], **values), frozenset(values), options.get("--format")
+
+    def merge_with_header(
+        self, given: Mapping[str, Any], written: Mapping[str, Any] | None
+    ) -> tuple[SuggestRequest, tuple[str, ...], list[str]]:
+        """The settings to advise with: each in `given` (a command line's, None = not given), else the one
+        `written` in a config's header (None = not written), else the default. Returns that request, the names
+        taken from the header, and one "--option value (header: value)" per setting where the command line
+        and the header disagree (the command line wins)."""
+        written = written or {}
+        chosen: dict[str, Any] = {}
+        from_header, disagreements = [], []
+        for name in OPTIONS:
+            value, kept = given.get(name), written.get(name)
+            if value is None and kept is not None:
+                chosen[name] = kept
+                from_header.append(name)
+            elif value is not None:
+                chosen[name] = value
+                if kept is not None and value != kept:
+                    disagreements.append(f"{OPTIONS[name]} {_shown(value)} (header: {_shown(kept)})")
+        return replace(self, **chosen), tuple(from_header), disagreements
+
+
+def _shown(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+_DEFAULTS = {field.name: field.default for field in fields(SuggestRequest)}
+_TYPES = {
+    "batch": int,
+    "seq": int,
+    "recipe": str,
+    "profile": str,
+    "grouped_profile": str,
+    "min_speedup": float,
+    "tensor_parallel": int,
+    "expert_parallel": int,
+    "measured": str,
+}
+
+__all__ = ["AUTO", "DEFAULT_BATCH", "DEFAULT_MIN_SPEEDUP", "DEFAULT_SEQ", "OPTIONS", "SuggestRequest"]

@@ -1,0 +1,18 @@
+"""Stage 7, verification: prove that a config converts exactly the advised layers, and that they run in
+float8.
+
+In: a model, a config file (read by `fp8advisor.frameworks.reader`) and the `SuggestRequest` to advise with
+(`advice_settings` merges a command line with the config's header). Out: a `VerifyReport`: per layer,
+converted or not, advised or not, the float8 and high-precision GEMMs it ran in one traced step, its SQNR, and
+every difference (exit 0 or 1).
+"""
+
+from fp8advisor._lazy import lazy_exports
+
+_EXPORTS = {
+    "verify": "fp8advisor.verification.verifier",
+    "advice_settings": "fp8advisor.verification.verifier",
+    "VerifyReport": "fp8advisor.verification.verifier",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
