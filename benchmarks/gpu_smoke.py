@@ -143,7 +143,9 @@ def drift(log: Log) -> None:
 
 def sweep(log: Log, out: Path) -> list[dict]:
     from fp8advisor import compat
-    from fp8advisor.measure.sweep import BenchSettings, make_grid, run_sweep
+    from fp8advisor.measure.linear import make_grid
+    from fp8advisor.measure.protocol import BenchSettings
+    from fp8advisor.measure.sweep import run_sweep
 
     grid = make_grid(M=[SHAPE[0]], K=[SHAPE[1]], N=[SHAPE[2]])
     settings = BenchSettings(compile_workers=2, compile_timeout_s=SWEEP_COMPILE_TIMEOUT_S)
@@ -181,8 +183,9 @@ def sweep(log: Log, out: Path) -> list[dict]:
 
 def grouped(log: Log, out: Path) -> None:
     from fp8advisor.measure.grouped import GROUPED, make_grouped_grid, with_grouped_defaults
-    from fp8advisor.measure.results import pair_grouped_with_baseline
-    from fp8advisor.measure.sweep import BenchSettings, run_sweep
+    from fp8advisor.measure.protocol import BenchSettings
+    from fp8advisor.measure.speedups import pair_with_baseline
+    from fp8advisor.measure.sweep import run_sweep
 
     E, M_per_expert, K, N = GROUPED_SHAPE
     grid = make_grouped_grid(E=[E], M_per_expert=[M_per_expert], K=[K], N=[N])
@@ -206,7 +209,7 @@ def grouped(log: Log, out: Path) -> None:
         bool(sqnr) and all(value > 20 for value in sqnr.values()),
         f"grouped float8 SQNR (dB) > 20 on output and gradients: {sqnr}",
     )
-    for pair in pair_grouped_with_baseline(summary.runs):
+    for pair in pair_with_baseline(summary.runs, grouped=True):
         log.info(f"grouped speedup at {pair.shape}: {pair.speedup:.3f}x ({pair.basis})")
 
 
@@ -215,7 +218,8 @@ def rows(log: Log, out: Path, shape: tuple[int, int, int], recipes: tuple[str, .
     session's trace."""
     import torch
 
-    from fp8advisor.measure.sweep import build_module, compile_module, make_inputs, prepare_module
+    from fp8advisor.measure.linear import build_module, make_inputs, prepare_module
+    from fp8advisor.measure.protocol import compile_module
     from fp8advisor.measure.timers import padded_profile, row_role
 
     M, K, N = shape

@@ -41,7 +41,7 @@ def relative(measured: float, reference: float) -> float:
 
 def against_profile(speedups, profile_name: str) -> dict:
     """Each measured speedup beside `profile_name`'s prediction at the same (M, K, N, recipe)."""
-    from fp8advisor.predict.profile import load_profile
+    from fp8advisor.predict.profile_files import load_profile
     from fp8advisor.predict.speedup import predict_speedup
 
     profile = load_profile(profile_name)
@@ -171,9 +171,10 @@ def cost(runs) -> list[dict]:
 
 
 def report(results: Path, repeat: list[Path]) -> dict:
-    from fp8advisor.measure.results import load_results, pair_with_baseline
-    from fp8advisor.predict.profile import list_profiles, load_profile
-    from fp8advisor.predict.roofline import gpu_family
+    from fp8advisor.gpus import gpu_family
+    from fp8advisor.measure.results import load_results
+    from fp8advisor.measure.speedups import pair_with_baseline
+    from fp8advisor.predict.profile_files import list_profiles, load_profile
 
     runs = load_results([results])
     device_name = runs[0].device_name

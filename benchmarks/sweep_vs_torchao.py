@@ -121,8 +121,9 @@ def main() -> None:
     script_dir = arguments.ao / "benchmarks" / "float8"
     if not (script_dir / "float8_roofline.py").is_file():
         fail(f"{script_dir / 'float8_roofline.py'} not found: pass --ao a checkout of pytorch/ao")
-    from fp8advisor.measure.results import load_results, pair_with_baseline
-    from fp8advisor.measure.sweep import make_grid
+    from fp8advisor.measure.linear import make_grid
+    from fp8advisor.measure.results import load_results
+    from fp8advisor.measure.speedups import pair_with_baseline
 
     grid = make_grid(arguments.grid)
     out = arguments.out

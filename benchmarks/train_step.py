@@ -560,8 +560,9 @@ def free_memory() -> None:
 
 def plan_advice(settings: Settings, seq: int, recipe: str, profile_choice):
     """fp8advisor's advice for this exact model, token count and recipe, and the inspection it rests on."""
-    from fp8advisor.advice.decide import DEFAULT_MIN_SPEEDUP, advise
+    from fp8advisor.advice.decide import advise
     from fp8advisor.inspect.layers import inspect_model
+    from fp8advisor.request import DEFAULT_MIN_SPEEDUP
 
     model_layers = inspect_model(settings.target, batch=settings.batch, seq=seq)
     advice = advise(
@@ -577,7 +578,8 @@ def plan_advice(settings: Settings, seq: int, recipe: str, profile_choice):
 def plan_step(advice, model_layers, profile_choice):
     """fp8advisor's step model for this script's step: one GPU, no activation checkpointing, AdamW with
     states in the bf16 weights' precision (2 bytes), the profile's GPU; no break-even search."""
-    from fp8advisor.advice.step import StepConfig, StepGpu, step_report
+    from fp8advisor.advice.step import StepConfig, StepGpu
+    from fp8advisor.advice.step_comparison import step_report
     from fp8advisor.predict.speedup import roofline_specs_for
 
     config = StepConfig(world_size=1, optimizer_state_bytes=2)
@@ -587,8 +589,8 @@ def plan_step(advice, model_layers, profile_choice):
 
 def prediction_record(advice, seq: int, settings: Settings, step=None) -> dict:
     """What fp8advisor predicted for one token count and recipe (JSON); `step`: its step model report."""
-    from fp8advisor.advice.decide import group_layers
-    from fp8advisor.predict.profile import weakest_provenance
+    from fp8advisor.advice.linears import group_layers
+    from fp8advisor.predict.figures import weakest_provenance
 
     timed = [layer for layer in advice.layers if layer.counts_in_linear_time]
     strategies = {}
@@ -637,7 +639,8 @@ def prediction_record(advice, seq: int, settings: Settings, step=None) -> dict:
             for row in group_layers(timed)
         ],
         "warnings": list(advice.warnings),
-        # the step model (fp8advisor/step.py) for the profile's GPU: predicted step time of each variant
+        # the step model (fp8advisor/advice/step.py) for the profile's GPU: predicted step time of each
+        # variant
         "step": None if step is None else step.to_json(),
     }
 
@@ -736,8 +739,8 @@ def markdown(report: dict) -> str:
     lines.append(
         "Predicted Linear speedup: fp8advisor's predicted bf16/float8 Linear time of the strategy "
         f"({sources or '-'}). Predicted step ms and step speedup: fp8advisor's step model "
-        "(fp8advisor/step.py: Linear layers from the profile; attention, memory-bound ops, loss and AdamW "
-        "modelled; one GPU, no activation checkpointing; divided by the in-step efficiency fitted to "
+        "(fp8advisor/advice/step.py: Linear layers from the profile; attention, memory-bound ops, loss and "
+        "AdamW modelled; one GPU, no activation checkpointing; divided by the in-step efficiency fitted to "
         "torchao's published bf16 throughput), for the profile's GPU."
     )
     lines += _fastest_lines(report)
@@ -817,7 +820,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from fp8advisor import compat
     from fp8advisor.device import describe_device, software_versions
     from fp8advisor.inspect.target import load_model
-    from fp8advisor.predict.profile import select_profile
+    from fp8advisor.predict.selection import select_profile
 
     # per-block compile shares one graph among identical blocks; a generous limit keeps mixed blocks compiled
     compat.raise_recompile_limit(64)

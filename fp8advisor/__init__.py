@@ -21,33 +21,36 @@ _EXPORTS = {
     # inspect: a model on the meta device -> its GEMM-bearing layers
     "load_model": "fp8advisor.inspect.target",
     "inspect_model": "fp8advisor.inspect.layers",
-    "ModelLayers": "fp8advisor.inspect.layers",
+    "ModelLayers": "fp8advisor.inspect.records",
     # frameworks: the config formats and their reader
     "ConfigFormat": "fp8advisor.frameworks.formats",
     "read_config": "fp8advisor.frameworks.reader",
     # measure: sweep a grid on this GPU (or emulated on the CPU)
-    "BenchSettings": "fp8advisor.measure.sweep",
-    "make_grid": "fp8advisor.measure.sweep",
+    "BenchSettings": "fp8advisor.measure.protocol",
+    "make_grid": "fp8advisor.measure.linear",
     "run_sweep": "fp8advisor.measure.sweep",
     # predict: profiles and the speedups they predict
     "Profile": "fp8advisor.predict.profile",
-    "load_profile": "fp8advisor.predict.profile",
-    "select_profile": "fp8advisor.predict.profile",
+    "load_profile": "fp8advisor.predict.profile_files",
+    "select_profile": "fp8advisor.predict.selection",
     "fit_profile": "fp8advisor.predict.fit",
-    "load_measurements": "fp8advisor.predict.fit",
+    "load_measurements": "fp8advisor.predict.measurements",
     "predict_speedup": "fp8advisor.predict.speedup",
+    "get_specs": "fp8advisor.predict.roofline",
     # advice: the decisions and the training step
-    "Advice": "fp8advisor.advice.decide",
+    "Advice": "fp8advisor.advice.records",
     "advise": "fp8advisor.advice.decide",
     "predict_step": "fp8advisor.advice.step",
-    "step_report": "fp8advisor.advice.step",
+    "step_report": "fp8advisor.advice.step_comparison",
+    "StepConfig": "fp8advisor.advice.step",
+    "StepGpu": "fp8advisor.advice.step",
     # emit: the config file
-    "render": "fp8advisor.emit.writer",
-    "write": "fp8advisor.emit.writer",
-    "check": "fp8advisor.emit.writer",
+    "render": "fp8advisor.emit.config_file",
+    "write": "fp8advisor.emit.config_file",
+    "check": "fp8advisor.emit.config_file",
     # verification: does a config do what the advice says
     "verify": "fp8advisor.verification.verifier",
-    "advice_settings": "fp8advisor.verification.verifier",
+    "advice_settings": "fp8advisor.verification.settings",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]

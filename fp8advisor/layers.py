@@ -1,8 +1,17 @@
-"""Deprecated: moved to `fp8advisor.inspect.layers`. Kept for one release."""
+"""Deprecated: moved to `fp8advisor.inspect.layers` (and `.records`, `.recorder`, `.forward`, `.rows`,
+`.experts`, `.folding`, `.model_config`); kept for one release."""
 
 import warnings
 
+from fp8advisor import compat as _compat
+from fp8advisor.inspect import experts as _experts
+from fp8advisor.inspect import folding as _folding
+from fp8advisor.inspect import forward as _forward
 from fp8advisor.inspect import layers as _layers
+from fp8advisor.inspect import model_config as _model_config
+from fp8advisor.inspect import recorder as _recorder
+from fp8advisor.inspect import records as _records
+from fp8advisor.inspect import rows as _rows
 
 warnings.warn(
     "fp8advisor.layers moved to fp8advisor.inspect.layers; this name goes in the next release",
@@ -10,6 +19,36 @@ warnings.warn(
     stacklevel=2,
 )
 
+#: Private names of the old module that their new home made public.
+_RENAMED = {
+    "_TracingStopped": "TracingStopped",
+    "_GemmCall": "GemmCall",
+    "_gemm_ops": "gemm_ops",
+    "_make_recorder": "make_recorder",
+    "_run_forward": "run_forward",
+    "_build_layers": "build_layers",
+    "_Trace": "Trace",
+    "_stopped_before": "stopped_before",
+    "_linear_layer": "linear_layer",
+    "_BALANCED_REASON": "BALANCED_REASON",
+    "_POSITION_HOLDERS": "CONFIG_HOLDERS",
+    "_storage_key": "storage_key",
+}
+
 
 def __getattr__(name: str):
-    return getattr(_layers, name)
+    new_name = _RENAMED.get(name, name)
+    for module in (
+        _layers,
+        _records,
+        _recorder,
+        _forward,
+        _rows,
+        _experts,
+        _folding,
+        _model_config,
+        _compat,
+    ):
+        if hasattr(module, new_name):
+            return getattr(module, new_name)
+    raise AttributeError(f"module 'fp8advisor.layers' has no attribute {name!r}")

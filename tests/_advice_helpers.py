@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fp8advisor.inspect.layers import GemmLayer, LayerStatus, ModelLayers
+from fp8advisor.inspect.records import GemmLayer, LayerStatus, ModelLayers
 from fp8advisor.recipes import Recipe
 
 #: Llama-3-8B block shapes (torchtitan names): (K, N) per Linear.
@@ -117,8 +117,9 @@ class StubChoice:
 
 def modelled_choice():
     """A real in-memory `ProfileChoice`: the H100 roofline model for every recipe (provenance modelled)."""
-    from fp8advisor.predict.profile import DeviceInfo, Profile, ProfileChoice, RecipeProfile
-    from fp8advisor.predict.roofline import GPU_SPECS
+    from fp8advisor.gpus import GPU_SPECS
+    from fp8advisor.predict.profile import DeviceInfo, Profile, RecipeProfile
+    from fp8advisor.predict.selection import ProfileChoice
 
     profile = Profile(
         name="test-h100-roofline",

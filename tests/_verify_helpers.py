@@ -59,7 +59,7 @@ def advise_with_predictor(model_layers, **options):
     """`advise` as the verify tests run it: rowwise, decided by `predictor`, no GPU, no comparison with
     torchao's auto filter; `options` as `advise` takes them (min_speedup, expert_parallel, ...)."""
     from fp8advisor.advice.decide import advise
-    from fp8advisor.verification.verifier import _TestProfile
+    from fp8advisor.verification.settings import _TestProfile
 
     return advise(
         model_layers,

@@ -20,16 +20,14 @@ from _advice_helpers import (  # noqa: E402
     prefix_conflict_layers,
 )
 
-from fp8advisor.advice.decide import (  # noqa: E402
-    DEFAULT_MIN_SPEEDUP,
-    advise,
-    group_layers,
-    predicted_linear_speedup,
-)
+from fp8advisor.advice.decide import advise  # noqa: E402
+from fp8advisor.advice.linears import group_layers  # noqa: E402
+from fp8advisor.advice.strategies import predicted_linear_speedup  # noqa: E402
 from fp8advisor.errors import AdvisorError  # noqa: E402
 from fp8advisor.frameworks.filters import Framework, converted_by_framework  # noqa: E402
-from fp8advisor.inspect.layers import LayerStatus, ModelLayers  # noqa: E402
+from fp8advisor.inspect.records import LayerStatus, ModelLayers  # noqa: E402
 from fp8advisor.recipes import Recipe  # noqa: E402
+from fp8advisor.request import DEFAULT_MIN_SPEEDUP  # noqa: E402
 
 
 def _advise(model, recipe="rowwise", **kwargs):
@@ -306,14 +304,14 @@ def test_prefix_conflict_cost_and_warning():
 def test_proof_line_says_when_the_list_is_not_proven_shortest(monkeypatch):
     import scipy.optimize
 
-    import fp8advisor.frameworks.filters
+    import fp8advisor.frameworks.filter_cover
 
     # "mlp." tempts a greedy cover; "left." and "right." are shorter: a search with no steps and a solver
     # with no answer leave a longer list, and the proof line must not let it pass for the shortest
     names = ["left.mlp.a", "left.mlp.b", "left.attn.c", "right.mlp.a", "right.mlp.b", "right.attn.c"]
     layers = [layer(name, 64, 64) for name in names] + [layer("mid.attn.c", 8192, 8192)]
     assert "may exist" not in _one(layers).proof_line()
-    monkeypatch.setattr(fp8advisor.frameworks.filters, "SEARCH_BUDGET", 0)
+    monkeypatch.setattr(fp8advisor.frameworks.filter_cover, "SEARCH_BUDGET", 0)
     monkeypatch.setattr(scipy.optimize, "milp", lambda *args, **kwargs: SimpleNamespace(x=None, status=1))
     advice = _one(layers)
     assert advice.filter_fqns == ("left.attn.c", "mlp.", "right.attn.c")

@@ -364,7 +364,8 @@ def test_negative_profile_figures_are_refused(cli, tmp_path):
 
 
 def test_a_stray_file_in_the_profile_directory_does_not_block_advice(tmp_path, monkeypatch):
-    from fp8advisor.predict.profile import PROFILE_DIR_ENV, select_profile
+    from fp8advisor.predict.profile_files import PROFILE_DIR_ENV
+    from fp8advisor.predict.selection import select_profile
 
     (tmp_path / "notes.json").write_bytes(b"\xff\xfe not a profile")
     monkeypatch.setenv(PROFILE_DIR_ENV, str(tmp_path))
@@ -414,7 +415,7 @@ def test_any_bare_base_exception_escaping_a_command_is_an_error_not_success(monk
     """The CLI's last line of defence, for user code that ends the process outside the guarded places."""
     import typer
 
-    import fp8advisor.cli.common as cli_module
+    import fp8advisor.cli.application as cli_module
 
     monkeypatch.setattr(cli_module, "app", typer.Typer())  # a scratch app: `command` registers on it
 

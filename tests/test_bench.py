@@ -19,9 +19,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _bench_helpers import CLI_GRID, RECIPE, SHAPE, serial_inductor  # noqa: E402
 
 from fp8advisor.errors import AdvisorError  # noqa: E402
-from fp8advisor.measure import sweep as bench  # noqa: E402
+from fp8advisor.measure import linear as bench  # noqa: E402
+from fp8advisor.measure.linear import Grid, make_grid  # noqa: E402
+from fp8advisor.measure.protocol import BenchSettings  # noqa: E402
 from fp8advisor.measure.results import grid_point_keys, load_results, runs_in  # noqa: E402
-from fp8advisor.measure.sweep import BenchSettings, Grid, make_grid, run_sweep  # noqa: E402
+from fp8advisor.measure.sweep import run_sweep  # noqa: E402
 
 # --- grids
 # -----------------------------------------------------------------------------------------------------
@@ -41,8 +43,8 @@ def test_default_grid_predicts_the_published_table_it_leaves_out():
     # What the default grid is sized on: interpolating the published H100 rowwise table from the grid's 36
     # shapes must predict the other 180 points well (median error, and the side of 1.0x that decides).
     from fp8advisor.paths import RESULTS_DIR
-    from fp8advisor.predict.fit import read_speedup_table
     from fp8advisor.predict.grid import LogGridModel
+    from fp8advisor.predict.measurements import read_speedup_table
 
     table = read_speedup_table(RESULTS_DIR / "torchao_rowwise_h100_2025-06.csv")
     published = {point.shape: point.speedup for point in table.speedups["rowwise"]}
@@ -201,7 +203,7 @@ def test_resume_after_kill_9_loses_and_duplicates_nothing(tmp_path):
 
 
 def speedup(recipe, M, K, N, value):
-    from fp8advisor.measure.results import Speedup
+    from fp8advisor.measure.speedups import Speedup
 
     return Speedup(M, K, N, recipe, value, 1.0, 1.0 / value, "kernel_time", "GPU", False, "r")
 

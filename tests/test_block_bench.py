@@ -16,9 +16,9 @@ from fp8advisor.errors import ResultsError
 from fp8advisor.inspect.blocks import discover_blocks
 from fp8advisor.inspect.target import load_model
 from fp8advisor.measure.block_search import Timing
-from fp8advisor.measure.in_context import run_block_sweep
+from fp8advisor.measure.block_sweep import run_block_sweep
+from fp8advisor.measure.protocol import BenchSettings
 from fp8advisor.measure.results import read_run, runs_in
-from fp8advisor.measure.sweep import BenchSettings
 from fp8advisor.paths import MODELS_DIR
 
 runner = CliRunner()
@@ -64,7 +64,7 @@ def tiny(tmp_path) -> str:
 
 
 def sweep(target: str, out: Path, seq: int = 16, **options):
-    from fp8advisor.predict.profile import select_profile
+    from fp8advisor.predict.selection import select_profile
 
     discovery = discover_blocks(load_model(target, "meta"), batch=1, seq=seq)
     choice = select_profile("h100-roofline")
@@ -163,7 +163,7 @@ def synthetic_ms(variant: frozenset) -> float:
 def synthetic(monkeypatch):
     """UnitBench.measure answers from `synthetic_ms` (blocks are still built and checked for real)."""
     import fp8advisor.measure.in_context
-    from fp8advisor.measure.sweep import Measurement
+    from fp8advisor.measure.protocol import Measurement
 
     measured = []
 
@@ -322,7 +322,7 @@ def test_a_block_that_cannot_be_built_on_resume_records_no_variant_as_failed(
     tiny, tmp_path, monkeypatch, synthetic
 ):
     import fp8advisor.measure.in_context
-    from fp8advisor.measure.in_context import BlockSweepInterrupted
+    from fp8advisor.measure.block_sweep import BlockSweepInterrupted
 
     measure = fp8advisor.measure.in_context.UnitBench.measure
 
@@ -371,7 +371,7 @@ def test_bench_model_refuses_grid_options(tiny):
 
 
 def test_fit_of_no_grid_is_refused_even_through_load_results(tmp_path):
-    from fp8advisor.predict.fit import load_measurements
+    from fp8advisor.predict.measurements import load_measurements
 
     with pytest.raises(ResultsError):
         load_measurements([tmp_path / "missing"])

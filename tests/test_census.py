@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from fp8advisor.inspect.census import AttentionCall, MatmulCall, MemoryRegion, OpCensus
-from fp8advisor.inspect.layers import ModelLayers, inspect_model
+from fp8advisor.inspect.layers import inspect_model
+from fp8advisor.inspect.records import ModelLayers
 from fp8advisor.paths import MODELS_DIR
 
 sys.path.insert(0, str(Path(__file__).parent))

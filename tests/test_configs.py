@@ -13,7 +13,8 @@ from torch import nn
 
 from fp8advisor.errors import ConfigError
 from fp8advisor.frameworks.formats import ConfigFormat
-from fp8advisor.frameworks.reader import AUTO_FILTER_FLAG, read_config
+from fp8advisor.frameworks.module_rules import AUTO_FILTER_FLAG
+from fp8advisor.frameworks.reader import read_config
 from fp8advisor.recipes import Recipe
 
 

@@ -18,7 +18,7 @@ from _advice_helpers import StubChoice, StubPredictor, llama_layers, prefix_conf
 
 from fp8advisor import __version__
 from fp8advisor.advice.decide import advise  # noqa: E402
-from fp8advisor.emit.writer import check, render, write  # noqa: E402
+from fp8advisor.emit.config_file import check, render, write  # noqa: E402
 from fp8advisor.errors import ConfigError  # noqa: E402
 from fp8advisor.frameworks import reader as configs  # noqa: E402
 from fp8advisor.frameworks.filters import Framework, converted_by_framework  # noqa: E402
@@ -317,7 +317,7 @@ def test_exact_filters_name_a_shared_module_under_each_of_its_names():
     """torchao swaps a module once per parent that holds it: FLOAT8_LAYERS must name it under both."""
     from _advice_helpers import layer
 
-    from fp8advisor.inspect.layers import ModelLayers
+    from fp8advisor.inspect.records import ModelLayers
 
     shared = replace(layer("blocks.0.shared", 8192, 8192), aliases=("blocks.1.shared",))
     model = ModelLayers("shared.py", 1, 8192, (shared, layer("blocks.0.own", 256, 256)))

@@ -15,9 +15,10 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from _advice_helpers import StubChoice, StubPredictor, layer, modelled_choice  # noqa: E402
 
-from fp8advisor.advice.decide import advise, check_expert_imbalance, check_expert_parallel  # noqa: E402
+from fp8advisor.advice.decide import advise  # noqa: E402
+from fp8advisor.advice.experts import check_expert_imbalance, check_expert_parallel  # noqa: E402
 from fp8advisor.errors import AdvisorError  # noqa: E402
-from fp8advisor.inspect.layers import ExpertForm, ExpertGemm, ExpertGroup, LayerStatus, ModelLayers  # noqa: E402
+from fp8advisor.inspect.records import ExpertForm, ExpertGemm, ExpertGroup, LayerStatus, ModelLayers  # noqa: E402
 from fp8advisor.predict.speedup import GroupTimes  # noqa: E402
 from fp8advisor.recipes import Recipe  # noqa: E402
 
@@ -300,8 +301,9 @@ def _census():
 
 
 def test_step_counts_grouped_experts_once_per_strategy():
-    from fp8advisor.advice.step import Calibration, StepConfig, StepGpu, step_report
-    from fp8advisor.predict.roofline import GpuSpecs
+    from fp8advisor.advice.step import Calibration, StepConfig, StepGpu
+    from fp8advisor.advice.step_comparison import step_report
+    from fp8advisor.gpus import GpuSpecs
 
     model = replace(grouped_moe(blocks=1), census=_census(), parameter_count=0)
     advice = _advise(model, expert_predictor=StubExperts(speedup=2.0), compare_torchao_auto=True)
@@ -335,7 +337,7 @@ def test_step_full_ac_recomputes_the_experts_forward():
         StepGpu,
         predict_step,
     )
-    from fp8advisor.predict.roofline import GpuSpecs
+    from fp8advisor.gpus import GpuSpecs
 
     model = replace(grouped_moe(blocks=1), census=_census(), parameter_count=0)
     advice = _advise(model, expert_predictor=StubExperts(speedup=2.0))
@@ -350,7 +352,7 @@ def test_step_full_ac_recomputes_the_experts_forward():
 
 
 def test_break_even_rescales_the_expert_groups():
-    from fp8advisor.advice.step import scale_layers
+    from fp8advisor.advice.step_comparison import scale_layers
 
     model = grouped_moe(blocks=1)
     scaled = scale_layers(model, 2 * TOKENS)
@@ -364,14 +366,14 @@ def test_break_even_rescales_the_expert_groups():
 @pytest.fixture
 def moe_world(monkeypatch):
     import fp8advisor.inspect.layers
-    import fp8advisor.predict.profile
+    import fp8advisor.predict.selection
 
     model = replace(grouped_moe(blocks=3), census=_census(), parameter_count=10**9)
     monkeypatch.setattr(fp8advisor.inspect.layers, "inspect_model", lambda target, **kw: model)
     monkeypatch.setattr(
-        fp8advisor.predict.profile, "select_profile", lambda requested=None, **kw: modelled_choice()
+        fp8advisor.predict.selection, "select_profile", lambda requested=None, **kw: modelled_choice()
     )
-    monkeypatch.setattr("fp8advisor.advice.decide._detect_capability", lambda: None)
+    monkeypatch.setattr("fp8advisor.advice.caveats._detect_capability", lambda: None)
     return model
 
 
@@ -434,7 +436,7 @@ def test_suggest_says_the_imbalance_is_clamped_to_E(moe_world):
 
 
 def test_experts_share_line_marks_its_figures_modelled_even_with_measured_speedups():
-    from fp8advisor.cli.suggest_cmd import _experts_share_line
+    from fp8advisor.cli.suggest_view import _experts_share_line
 
     model = grouped_moe(blocks=1)
     advice = _advise(model, expert_predictor=StubExperts(speedup=2.0, provenance="measured"))
@@ -444,8 +446,9 @@ def test_experts_share_line_marks_its_figures_modelled_even_with_measured_speedu
 
 
 def test_step_experts_float8_seconds_are_modelled_whatever_the_speedups_provenance():
-    from fp8advisor.advice.step import Calibration, StepConfig, StepGpu, step_report
-    from fp8advisor.predict.roofline import GpuSpecs
+    from fp8advisor.advice.step import Calibration, StepConfig, StepGpu
+    from fp8advisor.advice.step_comparison import step_report
+    from fp8advisor.gpus import GpuSpecs
 
     model = replace(grouped_moe(blocks=1), census=_census(), parameter_count=0)
     advice = _advise(model, expert_predictor=StubExperts(speedup=2.0, provenance="measured"))
@@ -460,8 +463,9 @@ def test_step_experts_float8_seconds_are_modelled_whatever_the_speedups_provenan
 
 
 def test_step_says_which_expert_groups_it_leaves_out():
-    from fp8advisor.advice.step import Calibration, StepConfig, StepGpu, step_report
-    from fp8advisor.predict.roofline import GpuSpecs
+    from fp8advisor.advice.step import Calibration, StepConfig, StepGpu
+    from fp8advisor.advice.step_comparison import step_report
+    from fp8advisor.gpus import GpuSpecs
 
     model = replace(grouped_moe(blocks=1, M_total=None, top_k=None), census=_census(), parameter_count=0)
     advice = _advise(model)
@@ -528,7 +532,8 @@ def _deepseek_like(blocks: int = 1) -> ModelLayers:
 
 def _grouped_roofline_speedup(E_local: int, M_per_expert: float) -> float:
     """By hand: the grouped roofline's bf16 / float8 time over w1, w2, w3 of E_local experts, balanced."""
-    from fp8advisor.predict.roofline import GPU_SPECS, grouped_fwd_bwd_time_s
+    from fp8advisor.gpus import GPU_SPECS
+    from fp8advisor.predict.roofline import grouped_fwd_bwd_time_s
 
     rows = [M_per_expert] * E_local
     shapes = [(7168, 2048), (2048, 7168), (7168, 2048)]
@@ -553,7 +558,8 @@ def test_expert_parallel_flips_the_deepseek_v3_experts_to_float8():
 def test_expert_parallel_imbalance_range_is_over_the_local_experts():
     """--expert-imbalance 2 at --ep 4: the busiest of the 16 local experts gets 2 x 3072 rows, the other 15
     share the rest (`routed_rows(49152, 16, f)`), sampled from 1 to 2 as without EP."""
-    from fp8advisor.predict.roofline import GPU_SPECS, grouped_fwd_bwd_time_s, routed_rows
+    from fp8advisor.gpus import GPU_SPECS
+    from fp8advisor.predict.roofline import grouped_fwd_bwd_time_s, routed_rows
     from fp8advisor.predict.speedup import IMBALANCE_SAMPLES
 
     advice = advise(
@@ -621,9 +627,11 @@ def test_expert_parallel_on_a_dense_model_has_no_effect_and_says_so():
 def test_step_prices_the_experts_per_gpu_and_its_break_even_keeps_P(monkeypatch):
     """The step's expert terms are the per-GPU grouped roofline times (16 local experts at 3072 rows), and
     the break-even re-decides the experts with the same --ep."""
-    import fp8advisor.advice.decide as advise_module
-    from fp8advisor.advice.step import Calibration, StepConfig, StepGpu, step_report
-    from fp8advisor.predict.roofline import GPU_SPECS, GpuSpecs, grouped_fwd_bwd_time_s
+    import fp8advisor.advice.step_comparison as step_comparison_module
+    from fp8advisor.advice.step import Calibration, StepConfig, StepGpu
+    from fp8advisor.advice.step_comparison import step_report
+    from fp8advisor.gpus import GPU_SPECS, GpuSpecs
+    from fp8advisor.predict.roofline import grouped_fwd_bwd_time_s
 
     model = replace(grouped_moe(blocks=1), census=_census(), parameter_count=0)
     advice = advise(model, modelled_choice(), "rowwise", expert_parallel=4, device_capability=None)
@@ -632,7 +640,7 @@ def test_step_prices_the_experts_per_gpu_and_its_break_even_keeps_P(monkeypatch)
     bf16 = sum(grouped_fwd_bwd_time_s(rows, K, N, "bf16", GPU_SPECS["H100"]) for K, N in shapes)
     assert advice.experts[0].bf16_time_s == pytest.approx(bf16, rel=1e-9)
     recorder = StubExperts()
-    monkeypatch.setattr(advise_module, "default_expert_predictor", lambda choice: recorder)
+    monkeypatch.setattr(step_comparison_module, "default_expert_predictor", lambda choice: recorder)
     gpu = StepGpu(GpuSpecs("TEST", 1e12, 2e12, 1e9, 1.0, 1.0, kernel_floor_s=0.0), 1e9)
     report = step_report(advice, model, modelled_choice(), gpu, StepConfig(), Calibration(1.0, "none"))
     assert report.baseline.term("experts_bf16").seconds == pytest.approx(bf16, rel=1e-9)

@@ -19,15 +19,19 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _advice_helpers import StubChoice, StubPredictor  # noqa: E402
 from _verify_helpers import advise_with_predictor, predictor  # noqa: E402
 
-from fp8advisor.advice.decide import ExpertAdvice, advise  # noqa: E402
-from fp8advisor.emit.writer import expert_notes, format_warnings, render  # noqa: E402
+from fp8advisor.advice.decide import advise  # noqa: E402
+from fp8advisor.advice.records import ExpertAdvice  # noqa: E402
+from fp8advisor.emit.config_file import format_warnings, render  # noqa: E402
+from fp8advisor.emit.experts import expert_notes  # noqa: E402
 from fp8advisor.frameworks import reader as configs
 from fp8advisor.frameworks.formats import ConfigFormat  # noqa: E402
 from fp8advisor.inspect.layers import inspect_model  # noqa: E402
 from fp8advisor.paths import MODELS_DIR  # noqa: E402
 from fp8advisor.recipes import Recipe  # noqa: E402
 from fp8advisor.request import SuggestRequest  # noqa: E402
+from fp8advisor.verification import experts as verify_experts  # noqa: E402
 from fp8advisor.verification import verifier as verify  # noqa: E402
+from fp8advisor.verification.report import DifferenceKind  # noqa: E402
 
 try:
     import tomllib
@@ -149,7 +153,7 @@ def test_torchtitan_py_holds_both_converters_and_torchtitan_converts_both(
     float8_linear = {fqn for fqn, m in model.named_modules() if type(m).__name__ == "Float8Linear"}
     assert float8_linear == set(advice.convert_fqns)
     assert not any(fqn.endswith("router.gate") for fqn in float8_linear)
-    swapped = verify.swapped_expert_modules(model)
+    swapped = verify_experts.swapped_expert_modules(model)
     assert swapped == set(TITAN_GROUPS)
     for group in TITAN_GROUPS:
         module = model.get_submodule(group)
@@ -174,7 +178,7 @@ def test_torchtitan_py_experts_alone_and_experts_in_bf16(titan_advice, tmp_path,
     (converter,) = converters
     assert isinstance(converter, Float8GroupedExpertsConverter.Config)
     assert not any(type(m).__name__ == "Float8Linear" for m in model.modules())
-    assert verify.swapped_expert_modules(model) == set(TITAN_GROUPS)
+    assert verify_experts.swapped_expert_modules(model) == set(TITAN_GROUPS)
     read = configs.read_config(tmp_path / "float8.py")
     assert not read.enabled and read.converts_experts is True
     assert read.notes == (
@@ -343,8 +347,8 @@ def test_dense_advice_has_no_expert_text(moe_advice):
 
 def run_verify(monkeypatch, config: Path, groups):
     """verify the small MoE model against `config`, its advice given the expert decisions `groups`."""
-    real = verify._advice_for
-    monkeypatch.setattr(verify, "_advice_for", lambda *a, **k: replace(real(*a, **k), experts=groups))
+    real = verify.advice_for
+    monkeypatch.setattr(verify, "advice_for", lambda *a, **k: replace(real(*a, **k), experts=groups))
     request = SuggestRequest(MOE, 1, SEQ)
     return verify.verify(request, config, predictor=predictor, real_model_max_parameters=0)
 
@@ -364,12 +368,12 @@ def test_verify_passes_when_the_experts_agree_and_fails_when_not(monkeypatch, to
     report = run_verify(monkeypatch, torchao_file(advised), advised)
     assert report.passed, [d.describe() for d in report.differences]
     assert [(c.group, c.converted) for c in report.experts] == [(MOE_GROUPS[0], True), (MOE_GROUPS[1], False)]
-    assert verify.EXPERTS_NOT_RUN in report.notes
+    assert verify_experts.EXPERTS_NOT_RUN in report.notes
 
     report = run_verify(monkeypatch, torchao_file(advised), experts(MOE_GROUPS, [True, True]))
     assert not report.passed and report.exit_code == 1
     (difference,) = report.differences
-    assert difference.kind is verify.DifferenceKind.EXPERTS and difference.subject == MOE_GROUPS[1]
+    assert difference.kind is DifferenceKind.EXPERTS and difference.subject == MOE_GROUPS[1]
     assert "the config keeps it in bf16" in difference.detail
 
 
@@ -380,7 +384,7 @@ def test_verify_of_a_torchtitan_py_file_checks_all_or_none(monkeypatch, moe_advi
         render(replace(moe_advice, experts=experts(MOE_GROUPS, True)), "torchtitan-py", request(MOE))
     )
     report = run_verify(monkeypatch, path, groups)
-    assert {d.kind for d in report.differences} == {verify.DifferenceKind.EXPERTS}
+    assert {d.kind for d in report.differences} == {DifferenceKind.EXPERTS}
     assert {d.subject for d in report.differences} == set(MOE_GROUPS)
     assert all("the config converts it" in d.detail for d in report.differences)
 

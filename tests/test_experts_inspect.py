@@ -1,4 +1,4 @@
-"""Routed experts in `fp8advisor.inspect.layers`: both forms (3-D grouped weights; a ModuleList of expert
+"""Routed experts in `fp8advisor.inspect.experts`: both forms (3-D grouped weights; a ModuleList of expert
 Linears), E, top_k and where it was read, M per expert under balanced routing and M total, routers and shared
 experts kept apart, Hugging Face MoE configs, the `layers` section and --json."""
 
@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from fp8advisor.cli import app
-from fp8advisor.inspect.layers import ExpertForm, LayerStatus, ModelLayers, inspect_model
+from fp8advisor.inspect.layers import inspect_model
+from fp8advisor.inspect.records import ExpertForm, LayerStatus, ModelLayers
 from fp8advisor.paths import MODELS_DIR
 
 sys.path.insert(0, str(Path(__file__).parent))

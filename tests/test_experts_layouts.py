@@ -12,11 +12,12 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from _verify_helpers import advise_with_predictor  # noqa: E402
 
-from fp8advisor.emit.writer import format_warnings, render  # noqa: E402
+from fp8advisor.emit.config_file import format_warnings, render  # noqa: E402
 from fp8advisor.frameworks import reader as configs
 from fp8advisor.inspect.layers import inspect_model  # noqa: E402
 from fp8advisor.request import SuggestRequest  # noqa: E402
-from fp8advisor.verification import verifier as verify  # noqa: E402
+from fp8advisor.verification import experts as verify_experts  # noqa: E402
+from fp8advisor.verification.report import LayerCheck  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "moe_layouts.py"
 SEQ = 256
@@ -72,9 +73,9 @@ def test_torchao_file_never_swaps_a_router_or_shared_expert(flat, tmp_path):
 
     with torch.device("meta"):
         model = FlatNet()
-    checks, differences, _ = verify.check_experts(advice, read, model)
+    checks, differences, _ = verify_experts.check_experts(advice, read, model)
     assert differences == [] and all(check.converted is False and not check.expected for check in checks)
-    assert verify.swapped_expert_modules(model) == set()
+    assert verify_experts.swapped_expert_modules(model) == set()
 
 
 def test_a_file_naming_a_flat_moe_module_is_reported_for_its_router(flat, tmp_path):
@@ -95,12 +96,12 @@ def test_a_file_naming_a_flat_moe_module_is_reported_for_its_router(flat, tmp_pa
 
     with torch.device("meta"):
         model = FlatNet()
-    _, differences, _ = verify.check_experts(advice, read, model)
-    flagged = {d.subject for d in differences if d.detail == verify.NOT_AN_EXPERT_GROUP}
+    _, differences, _ = verify_experts.check_experts(advice, read, model)
+    flagged = {d.subject for d in differences if d.detail == verify_experts.NOT_AN_EXPERT_GROUP}
     assert flagged == {"layers.0.gate", "layers.0.shared_expert"}
-    check = verify.LayerCheck("layers.0.gate", 64, 4, 256, None, False, "", None, False, 1, 0, 2, 0)
-    (marked,) = verify._mark_expert_wrapped([check], differences)
-    assert not marked.ok and verify.NOT_AN_EXPERT_GROUP in marked.problems[0]
+    check = LayerCheck("layers.0.gate", 64, 4, 256, None, False, "", None, False, 1, 0, 2, 0)
+    (marked,) = verify_experts.mark_expert_wrapped([check], differences)
+    assert not marked.ok and verify_experts.NOT_AN_EXPERT_GROUP in marked.problems[0]
 
 
 def test_experts_that_never_ran_before_tracing_stopped_are_warned():
@@ -155,18 +156,21 @@ def test_verify_summary_says_the_experts_were_checked_on_the_meta_model():
     def check(converted, problems=()):
         return SimpleNamespace(converted=converted, problems=problems)
 
-    assert verify.experts_summary(SimpleNamespace(experts=())) == ""
-    assert verify.experts_summary(SimpleNamespace(experts=(check(None),))) == ""
-    said = verify.experts_summary(SimpleNamespace(experts=(check(True), check(False))))
+    assert verify_experts.experts_summary(SimpleNamespace(experts=())) == ""
+    assert verify_experts.experts_summary(SimpleNamespace(experts=(check(None),))) == ""
+    said = verify_experts.experts_summary(SimpleNamespace(experts=(check(True), check(False))))
     assert said == (
         "; the 2 expert group(s): converted as advised, checked on the meta model (not run: torchao's float8 "
         "grouped GEMM needs a CUDA GPU)"
     )
-    assert "see the differences" in verify.experts_summary(SimpleNamespace(experts=(check(True, ("x",)),)))
+    assert "see the differences" in verify_experts.experts_summary(
+        SimpleNamespace(experts=(check(True, ("x",)),))
+    )
 
 
 def test_one_name_for_the_grouped_form_and_the_torchtitan_0_2_converter():
-    """Each is spelled once in the package: the converter's name in formats, the form's word in layers."""
+    """Each is spelled once in the package: the converter's name in formats, the form's word in
+    inspect.records."""
     import fp8advisor
 
     package = Path(fp8advisor.__file__).parent

@@ -15,19 +15,16 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from _advice_helpers import layer, llama_layers  # noqa: E402
 
+from fp8advisor.frameworks.filter_cover import _candidates, _CoverProblem, _FqnIndex, _readability_rank  # noqa: E402
 from fp8advisor.frameworks.filters import (  # noqa: E402
     SUBSTRING_FRAMEWORKS,
     Framework,
-    _candidates,
-    _CoverProblem,
-    _FqnIndex,
-    _readability_rank,
     auto_filter_keeps,
     converted_by_framework,
     matches_filter,
-    shortest_exact_filter,
 )
-from fp8advisor.inspect.layers import LayerStatus  # noqa: E402
+from fp8advisor.frameworks.shortest_filter import shortest_exact_filter  # noqa: E402
+from fp8advisor.inspect.records import LayerStatus  # noqa: E402
 from fp8advisor.recipes import Recipe  # noqa: E402
 
 WRITABLE = [Framework.TORCHTITAN, Framework.TORCHTITAN_0_3, Framework.NEMO_AUTOMODEL]
@@ -97,9 +94,9 @@ def test_auto_filter_copy_matches_torchao(recipe, K, N, keeps):
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
 def test_auto_filter_copy_is_torchaos_rule_on_every_size(recipe):
-    # The advice answers with the copy instead of importing torchao (fp8advisor.advice.decide): on every (K,
-    # N) of a grid around each threshold, with sizes not divisible by 16 and a substring filter, the copy must
-    # convert exactly the Linear layers torchao's own function accepts.
+    # The advice answers with the copy instead of importing torchao (fp8advisor.advice.strategies): on every
+    # (K, N) of a grid around each threshold, with sizes not divisible by 16 and a substring filter, the copy
+    # must convert exactly the Linear layers torchao's own function accepts.
     import torch
     from torch import nn
     from torchao.float8.float8_linear_utils import _auto_filter_for_recipe

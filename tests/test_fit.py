@@ -11,10 +11,15 @@ from typer.testing import CliRunner
 
 from fp8advisor.cli import app
 from fp8advisor.errors import ResultsError
+from fp8advisor.gpus import GPU_SPECS
 from fp8advisor.paths import RESULTS_DIR
-from fp8advisor.predict.fit import KNRule, _best_rule, fit_profile, leave_one_out, threshold_table
-from fp8advisor.predict.profile import PROFILE_DIR_ENV, SpeedupPoint, dumps_profile, load_profile
-from fp8advisor.predict.roofline import GPU_SPECS, roofline_speedup
+from fp8advisor.predict.figures import SpeedupPoint
+from fp8advisor.predict.fit import fit_profile
+from fp8advisor.predict.fit_error import leave_one_out
+from fp8advisor.predict.profile import dumps_profile
+from fp8advisor.predict.profile_files import PROFILE_DIR_ENV, load_profile
+from fp8advisor.predict.roofline import roofline_speedup
+from fp8advisor.predict.thresholds import KNRule, _best_rule, threshold_table
 
 TABLE = RESULTS_DIR / "torchao_rowwise_h100_2025-06.csv"
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "fit"

@@ -23,29 +23,18 @@ from fp8advisor.errors import ProfileError  # noqa: E402
 from fp8advisor.measure import grouped as grouped_bench  # noqa: E402
 from fp8advisor.measure import sweep as bench
 from fp8advisor.measure.grouped import GroupedPoint, make_grouped_grid  # noqa: E402
-from fp8advisor.measure.results import (  # noqa: E402
-    GROUPED_WORKLOAD,
-    RunWriter,
-    load_results,
-    make_header,
-    new_run_id,
-    pair_with_baseline,
-    utc_now,
-)
+from fp8advisor.measure.protocol import Measurement  # noqa: E402
+from fp8advisor.measure.results import GROUPED_WORKLOAD, load_results  # noqa: E402
+from fp8advisor.measure.run_writer import RunWriter, make_header, new_run_id, utc_now  # noqa: E402
 from fp8advisor.measure.schedule import FINISH_RESERVE_S  # noqa: E402
-from fp8advisor.measure.sweep import Measurement  # noqa: E402
-from fp8advisor.predict.fit import fit_profile, grouped_leave_one_out  # noqa: E402
+from fp8advisor.measure.speedups import pair_with_baseline  # noqa: E402
+from fp8advisor.predict.fit import fit_profile  # noqa: E402
+from fp8advisor.predict.fit_error import grouped_leave_one_out  # noqa: E402
 from fp8advisor.predict.grid import GroupedModel  # noqa: E402
-from fp8advisor.predict.profile import (  # noqa: E402
-    PROFILE_DIR_ENV,
-    GroupedProfile,
-    GroupedSpeedupPoint,
-    Profile,
-    dumps_profile,
-    load_profile,
-    save_profile,
-    select_profile,
-)
+from fp8advisor.predict.grouped_profile import GroupedProfile, GroupedSpeedupPoint  # noqa: E402
+from fp8advisor.predict.profile import Profile, dumps_profile  # noqa: E402
+from fp8advisor.predict.profile_files import PROFILE_DIR_ENV, load_profile, save_profile  # noqa: E402
+from fp8advisor.predict.selection import select_profile  # noqa: E402
 
 runner = CliRunner()
 
@@ -358,9 +347,7 @@ def write_grouped_run(directory: Path, shapes, *, speedup=synthetic_speedup) -> 
                 peak_memory_bytes=1,
                 sqnr_db=None,
             )
-            record = grouped_bench.grouped_point_record(
-                header["run_id"], point, emulated=False, measurement=measurement
-            )
+            record = bench.point_record(header["run_id"], point, emulated=False, measurement=measurement)
             writer.append(record)
     return writer.path
 
@@ -428,7 +415,7 @@ def test_grouped_profile_round_trips_and_old_profiles_load_unchanged(grouped_fit
     # a profile without a grouped section writes none and reads back without one
     plain = Profile.from_json({k: v for k, v in json.loads(path.read_text()).items() if k != "grouped"})
     assert plain.grouped is None and "grouped" not in plain.to_json()
-    from fp8advisor.predict.profile import list_profiles
+    from fp8advisor.predict.profile_files import list_profiles
 
     for shipped in list_profiles(include_user=False):
         assert shipped.grouped is None
@@ -492,7 +479,7 @@ def test_a_grouped_only_profile_does_not_replace_the_linear_profile_but_answers_
 def test_suggest_predicts_experts_from_a_grouped_only_profile_selected_for_the_gpu(grouped_fit, user_dir):
     """The selection finds a grouped-only user profile beside the Linear profile, and the expert prediction
     takes its measured figure rather than the roofline."""
-    from fp8advisor.inspect.layers import ExpertForm, ExpertGemm, ExpertGroup
+    from fp8advisor.inspect.records import ExpertForm, ExpertGemm, ExpertGroup
     from fp8advisor.predict.speedup import predict_expert_group
 
     save_profile(grouped_fit.profile, user_dir / "grouped.json")
@@ -518,7 +505,7 @@ def test_results_identify_grouped_points_by_e_m_per_expert_k_n_and_check_them():
 
     grid = make_grouped_grid(emulate=True)
     assert grid_point_keys(grid.to_json()) == frozenset(point.key for point in grid.points())
-    record = grouped_bench.grouped_point_record("run", GroupedPoint(2, 16, 32, 32, "rowwise"), emulated=True)
+    record = bench.point_record("run", GroupedPoint(2, 16, 32, 32, "rowwise"), emulated=True)
     record.update(status="ok", wall_time_s={"median": 1e-3})
     assert point_key(record) == (2, 16, 32, 32, "rowwise") and point_problem(record) is None
     assert point_problem({**record, "M_per_expert": 0}) == "M_per_expert is 0, not a positive integer"

@@ -13,14 +13,9 @@ from typer.testing import CliRunner
 
 from fp8advisor.cli import app
 from fp8advisor.frameworks.formats import CHECK_PREFIX
-from fp8advisor.predict.profile import (
-    PROFILE_DIR_ENV,
-    DeviceInfo,
-    GroupedProfile,
-    GroupedSpeedupPoint,
-    Profile,
-    save_profile,
-)
+from fp8advisor.predict.grouped_profile import GroupedProfile, GroupedSpeedupPoint
+from fp8advisor.predict.profile import DeviceInfo, Profile
+from fp8advisor.predict.profile_files import PROFILE_DIR_ENV, save_profile
 
 pytest.importorskip("torchtitan", reason="the torchtitan extra is not installed")
 
@@ -52,7 +47,7 @@ def user_dir(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(PROFILE_DIR_ENV, str(directory))
         patch.setattr(
-            "fp8advisor.predict.profile._detect_device_name", lambda: None
+            "fp8advisor.predict.selection._detect_device_name", lambda: None
         )  # the same on a GPU machine
         yield directory
 

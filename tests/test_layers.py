@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from fp8advisor.errors import ModelInputsError, TargetError
-from fp8advisor.inspect.layers import LayerStatus, ModelLayers, inspect_model
+from fp8advisor.inspect.layers import inspect_model
+from fp8advisor.inspect.records import LayerStatus, ModelLayers
 from fp8advisor.paths import MODELS_DIR
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -359,7 +360,7 @@ def _trace_forward(model, tokens, memo: bool):
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from fp8advisor.compat import storage_key as _storage_key
-    from fp8advisor.inspect.layers import _make_recorder
+    from fp8advisor.inspect.recorder import make_recorder
 
     parameters = {_storage_key(p): p for p in model.parameters()}
     calls: list = []
@@ -376,7 +377,7 @@ def _trace_forward(model, tokens, memo: bool):
                     outputs.append((str(func), tuple(tensor.shape), tensor.stride(), tensor.dtype, aliases))
             return out
 
-    with torch.no_grad(), _make_recorder(parameters, [], calls, memo=memo), Watch():
+    with torch.no_grad(), make_recorder(parameters, [], calls, memo=memo), Watch():
         model(tokens)
     return [(c.op, c.M, c.K, c.N, id(c.parameter)) for c in calls], outputs
 

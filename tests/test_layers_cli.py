@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from fp8advisor.cli import app, state
 from fp8advisor.cli.layers_cmd import group_layers
-from fp8advisor.inspect.layers import GemmLayer, LayerStatus
+from fp8advisor.inspect.records import GemmLayer, LayerStatus
 from fp8advisor.paths import MODELS_DIR
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -270,7 +270,7 @@ def test_max_positions_reads_a_hugging_face_config():
 
     from torch import nn
 
-    from fp8advisor.inspect.layers import max_positions
+    from fp8advisor.inspect.model_config import max_positions
 
     model = nn.Linear(2, 2)
     assert max_positions(model) is None

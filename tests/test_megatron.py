@@ -18,11 +18,11 @@ from _advice_helpers import LLAMA_BLOCK, StubChoice, StubPredictor, layer, prefi
 
 from fp8advisor.advice.decide import advise  # noqa: E402
 from fp8advisor.emit import megatron  # noqa: E402
-from fp8advisor.emit.writer import render, write  # noqa: E402
+from fp8advisor.emit.config_file import render, write  # noqa: E402
 from fp8advisor.errors import ConfigError  # noqa: E402
 from fp8advisor.frameworks import reader as configs  # noqa: E402
 from fp8advisor.frameworks.formats import ConfigFormat  # noqa: E402
-from fp8advisor.inspect.layers import ModelLayers  # noqa: E402
+from fp8advisor.inspect.records import ModelLayers  # noqa: E402
 from fp8advisor.request import SuggestRequest  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "fixtures" / "megatron_gpt_llama_4_layers.txt"
@@ -396,7 +396,7 @@ def _only_the_head(M, K, N):
 def test_fp8_is_off_where_the_megatron_plan_converts_nothing():
     """The plan, not the per-layer advice, says whether a Megatron file trains float8 (the head is bf16 there,
     the fused GEMMs are decided as one): suggest's "leaves FP8 off" line follows it."""
-    from fp8advisor.emit.writer import leaves_fp8_off
+    from fp8advisor.emit.config_file import leaves_fp8_off
 
     predictor = StubPredictor(rule=_only_the_head)
     advice = _advice(_model(), _only_the_head)
@@ -410,7 +410,7 @@ def test_fp8_is_off_where_the_megatron_plan_converts_nothing():
 
 def test_a_recipe_the_framework_lacks_is_refused_even_when_fp8_is_off():
     """torchtitan 0.3 has no tensorwise: no file of it is written, also when nothing converts (FP8 off)."""
-    from fp8advisor.emit.writer import check_format_recipe
+    from fp8advisor.emit.config_file import check_format_recipe
 
     advice = _advice(_model(), lambda M, K, N: 0.5)  # nothing pays
     assert advice.convert_fqns == ()

@@ -11,8 +11,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from _bench_helpers import hanging_compile, misbehaving_compile  # noqa: E402
 
+from fp8advisor.measure.linear import BenchPoint  # noqa: E402
 from fp8advisor.measure.precompile import Precompiler, estimated_peak_bytes, submission_order  # noqa: E402
-from fp8advisor.measure.sweep import BenchPoint, BenchSettings  # noqa: E402
+from fp8advisor.measure.protocol import BenchSettings  # noqa: E402
 
 SETTINGS = BenchSettings(emulate=True)
 

@@ -9,17 +9,13 @@ import numpy as np
 import pytest
 
 from fp8advisor.errors import ProfileError
+from fp8advisor.gpus import GPU_SPECS
+from fp8advisor.predict.figures import SpeedupPoint
 from fp8advisor.predict.grid import EXTRAPOLATED, INTERPOLATED, LogGridModel, multilinear
-from fp8advisor.predict.profile import (
-    PROFILE_DIR_ENV,
-    DeviceInfo,
-    Profile,
-    RecipeProfile,
-    SpeedupPoint,
-    load_profile,
-)
-from fp8advisor.predict.profile import select_profile as _select
-from fp8advisor.predict.roofline import GPU_SPECS, linear_fwd_bwd_time_s, roofline_speedup
+from fp8advisor.predict.profile import DeviceInfo, Profile, RecipeProfile
+from fp8advisor.predict.profile_files import PROFILE_DIR_ENV, load_profile
+from fp8advisor.predict.roofline import linear_fwd_bwd_time_s, roofline_speedup
+from fp8advisor.predict.selection import select_profile as _select
 from fp8advisor.predict.speedup import (
     MODELLED,
     predict_speedup,
@@ -271,7 +267,7 @@ def test_multilinear_is_scipys_regular_grid_interpolation(dims):
 
 
 def _expert_group(M_total=8192 * 8, E=64, gemms=((2048, 1408), (1408, 2048))):
-    from fp8advisor.inspect.layers import ExpertForm, ExpertGemm, ExpertGroup
+    from fp8advisor.inspect.records import ExpertForm, ExpertGemm, ExpertGroup
 
     return ExpertGroup(
         "layers.1.moe.experts",

@@ -14,19 +14,16 @@ from _bench_helpers import load_benchmark  # noqa: E402
 
 from fp8advisor.errors import ProfileError
 from fp8advisor.paths import PROFILES_DIR
-from fp8advisor.predict.profile import (
+from fp8advisor.predict.figures import SpeedupPoint
+from fp8advisor.predict.profile import DeviceInfo, Profile, RecipeProfile, dumps_profile
+from fp8advisor.predict.profile_files import (
     PROFILE_DIR_ENV,
-    DeviceInfo,
-    Profile,
-    RecipeProfile,
-    SpeedupPoint,
-    dumps_profile,
     list_profiles,
     load_profile,
     save_profile,
-    select_profile,
     user_profile_dir,
 )
+from fp8advisor.predict.selection import select_profile
 
 SHIPPED = (
     "h100-published-rowwise-2025-06",
@@ -284,7 +281,7 @@ def test_a_shipped_measured_profile_beats_the_published_one_of_the_same_date(
     # even when it was made the same day as the published one (whose name sorts after it).
     import shutil
 
-    import fp8advisor.predict.profile as profile_module
+    import fp8advisor.predict.profile_files as profile_module
 
     shipped = tmp_path / "shipped"
     shutil.copytree(PROFILES_DIR, shipped)

@@ -10,18 +10,16 @@ import pytest
 from fp8advisor.errors import AdvisorError, ResultsError
 from fp8advisor.measure.results import (
     SCHEMA,
-    RunWriter,
     done_keys,
     grid_point_keys,
     load_results,
-    make_header,
-    pair_with_baseline,
     read_run,
     resumable_runs,
-    run_file_name,
     same_setup,
     setup_changes,
 )
+from fp8advisor.measure.run_writer import RunWriter, make_header, run_file_name
+from fp8advisor.measure.speedups import pair_with_baseline
 
 SOFTWARE = {"torch": "2.11.0", "torchao": "0.18.0", "triton": "3.6.0", "cuda": "13.0", "fp8advisor": "0.1.0"}
 H100 = {"name": "NVIDIA H100 80GB HBM3", "compute_capability": [9, 0], "sm_count": 132, "emulated": False}
@@ -311,7 +309,7 @@ def test_fit_says_how_many_suspect_points_it_left_out(tmp_path):
 
 
 def test_a_suspect_point_is_not_done_so_the_next_sweep_measures_it_again(tmp_path):
-    from fp8advisor.predict.fit import measurements_from_runs
+    from fp8advisor.predict.measurements import measurements_from_runs
 
     lost = {"suspect": "38 device records is not a multiple of 5 iterations: the profiler lost records"}
     first = [

@@ -5,13 +5,12 @@ from __future__ import annotations
 import pytest
 
 from fp8advisor.errors import ProfileError
+from fp8advisor.gpus import GPU_SPECS, GpuSpecs, get_specs, gpu_family
 from fp8advisor.predict import roofline
 from fp8advisor.predict.roofline import (
-    GPU_SPECS,
     cast_kernel_bytes,
     cast_overhead_s,
     gemm_time_s,
-    gpu_family,
     linear_fwd_bwd_time_s,
     linear_gemm_time_s,
     roofline_speedup,
@@ -181,14 +180,14 @@ def test_gpu_family(device_name, family):
 
 def test_unknown_gpu_is_a_profile_error_with_hint():
     with pytest.raises(ProfileError) as error:
-        roofline.get_specs("NVIDIA A100-SXM4-80GB")
+        get_specs("NVIDIA A100-SXM4-80GB")
     assert "known" in error.value.hint
 
 
 # --- grouped GEMMs of routed experts ------------------------------------------------------------------------
 
 #: Round constants for hand arithmetic: 10 GFLOP/s bf16, 20 GFLOP/s float8, 1 GB/s, efficiencies 1.
-ROUND = roofline.GpuSpecs("ROUND", 1e10, 2e10, 1e9, 1.0, 1.0, kernel_floor_s=0.0)
+ROUND = GpuSpecs("ROUND", 1e10, 2e10, 1e9, 1.0, 1.0, kernel_floor_s=0.0)
 
 
 def test_grouped_gemm_time_is_the_sum_of_each_experts_own_roofline():
@@ -209,7 +208,7 @@ def test_grouped_gemm_time_is_the_sum_of_each_experts_own_roofline():
 
 
 def test_grouped_gemm_pays_the_kernel_floor_once_per_grouped_gemm():
-    floored = roofline.GpuSpecs("F", 1e10, 2e10, 1e9, 1.0, 1.0, kernel_floor_s=1e-3)
+    floored = GpuSpecs("F", 1e10, 2e10, 1e9, 1.0, 1.0, kernel_floor_s=1e-3)
     # every expert's part is microseconds: each of the three grouped GEMMs is one kernel at the 1 ms floor
     assert roofline.grouped_gemm_time_s([16, 48], 32, 64, "bf16", floored) == pytest.approx(3e-3)
 
@@ -252,7 +251,7 @@ def test_grouped_cast_kernels_counted_from_torchaos_rowwise_grouped_path():
     assert more_experts[0] == kernels[0] and more_experts[4] == kernels[4]
     assert more_experts[1][1] == 2 * 4096 * 3 + 4 * 64 * 4
     # priced as torchao prices cast kernels: bytes at the bandwidth, at least the floor each
-    floored = roofline.GpuSpecs("F", 1e10, 2e10, 1e9, 1.0, 1.0, kernel_floor_s=1e-5)
+    floored = GpuSpecs("F", 1e10, 2e10, 1e9, 1.0, 1.0, kernel_floor_s=1e-5)
     above_floor = 12800 + 12544 + 12544 + 31488  # the four kernels moving more than 10 kB
     expected = 9 * 1e-5 + above_floor / 1e9
     assert roofline.grouped_cast_overhead_s(64, 32, 64, 2, floored) == pytest.approx(expected)

@@ -13,7 +13,10 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fp8advisor.errors import AdvisorError  # noqa: E402
+from fp8advisor.measure import linear  # noqa: E402
 from fp8advisor.measure import sweep as bench  # noqa: E402
+from fp8advisor.measure.linear import GRIDS, BenchPoint, make_grid  # noqa: E402
+from fp8advisor.measure.protocol import BenchSettings, Measurement  # noqa: E402
 from fp8advisor.measure.results import load_results  # noqa: E402
 from fp8advisor.measure.schedule import (  # noqa: E402
     FINISH_RESERVE_S,
@@ -24,7 +27,7 @@ from fp8advisor.measure.schedule import (  # noqa: E402
     batches,
     sweep_order,
 )
-from fp8advisor.measure.sweep import GRIDS, BenchPoint, BenchSettings, Measurement, make_grid, run_sweep  # noqa: E402
+from fp8advisor.measure.sweep import run_sweep  # noqa: E402
 
 # --- order and batches ------------------------------------------------------------------------------------
 
@@ -184,7 +187,7 @@ def fake_shape_bench(clock: FakeClock, measured: list):
 
 def test_time_budget_stops_and_the_same_sweep_resumes_without_loss_or_duplicates(tmp_path, monkeypatch):
     clock, measured = FakeClock(), []
-    monkeypatch.setattr(bench, "ShapeBench", fake_shape_bench(clock, measured))
+    monkeypatch.setattr(linear, "ShapeBench", fake_shape_bench(clock, measured))
     grid = make_grid(emulate=True)  # 4 shapes x 4 configurations
     settings = BenchSettings(emulate=True, compile_workers=0)
     budget = 100.0
@@ -207,7 +210,7 @@ def test_time_budget_stops_and_the_same_sweep_resumes_without_loss_or_duplicates
 
 def test_a_budget_too_small_for_one_point_measures_nothing_and_says_so(tmp_path, monkeypatch):
     clock, measured = FakeClock(), []
-    monkeypatch.setattr(bench, "ShapeBench", fake_shape_bench(clock, measured))
+    monkeypatch.setattr(linear, "ShapeBench", fake_shape_bench(clock, measured))
     summary = run_sweep(
         make_grid(emulate=True), tmp_path, BenchSettings(emulate=True), time_budget_s=30.0, clock=clock
     )
@@ -218,7 +221,7 @@ def test_a_budget_too_small_for_one_point_measures_nothing_and_says_so(tmp_path,
 
 def test_shards_of_one_grid_in_one_directory_resume_each_other(tmp_path, monkeypatch):
     clock, measured = FakeClock(), []
-    monkeypatch.setattr(bench, "ShapeBench", fake_shape_bench(clock, measured))
+    monkeypatch.setattr(linear, "ShapeBench", fake_shape_bench(clock, measured))
     grid, settings = make_grid(emulate=True), BenchSettings(emulate=True)
     for index in (1, 2, 3):
         summary = run_sweep(grid, tmp_path, settings, shard=Shard(index, 3), clock=clock)
@@ -237,7 +240,7 @@ runner = CliRunner()
 
 def test_bench_with_a_time_budget_exits_0_and_says_how_to_resume(tmp_path, monkeypatch):
     clock, measured = FakeClock(), []
-    monkeypatch.setattr(bench, "ShapeBench", fake_shape_bench(clock, measured))
+    monkeypatch.setattr(linear, "ShapeBench", fake_shape_bench(clock, measured))
     real_run_sweep = bench.run_sweep
 
     def run_sweep_on_the_fake_clock(grid, out, settings, **kwargs):

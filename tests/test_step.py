@@ -1,4 +1,5 @@
-"""The step model (fp8advisor/step.py): each term against a hand computation, the break-even search, the CLI.
+"""The step model (fp8advisor/advice/step.py): each term against a hand computation, the break-even search,
+the CLI.
 
 The hand computations use a made-up GPU with round constants (1 TFLOP/s, 1 GB/s, efficiencies 1, no kernel
 floor unless a test sets one) so that every expected figure can be written out as arithmetic.
@@ -19,11 +20,11 @@ from fp8advisor.advice.step import (
     Checkpointing,
     StepConfig,
     StepGpu,
-    find_break_even,
     predict_step,
 )
+from fp8advisor.advice.step_comparison import find_break_even
+from fp8advisor.gpus import GpuSpecs
 from fp8advisor.inspect.census import AttentionCall, MatmulCall, MemoryRegion, OpCensus
-from fp8advisor.predict.roofline import GpuSpecs
 
 TERA, GIGA = 1e12, 1e9
 GPU = StepGpu(

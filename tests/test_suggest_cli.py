@@ -39,7 +39,7 @@ def llama3_small():
 def fake_world(monkeypatch, llama3_small):
     """inspect_model returns per-target layers without tracing again; the profile: in-memory H100 roofline."""
     import fp8advisor.inspect.layers
-    import fp8advisor.predict.profile
+    import fp8advisor.predict.selection
 
     models = {
         LLAMA: llama3_small,
@@ -56,9 +56,9 @@ def fake_world(monkeypatch, llama3_small):
 
     monkeypatch.setattr(fp8advisor.inspect.layers, "inspect_model", fake_inspect)
     monkeypatch.setattr(
-        fp8advisor.predict.profile, "select_profile", lambda requested=None, **kw: modelled_choice()
+        fp8advisor.predict.selection, "select_profile", lambda requested=None, **kw: modelled_choice()
     )
-    monkeypatch.setattr("fp8advisor.advice.decide._detect_capability", lambda: None)
+    monkeypatch.setattr("fp8advisor.advice.caveats._detect_capability", lambda: None)
 
 
 def _with_long_reason(model):
@@ -67,7 +67,7 @@ def _with_long_reason(model):
 
     from _advice_helpers import layer
 
-    from fp8advisor.inspect.layers import LayerStatus
+    from fp8advisor.inspect.records import LayerStatus
 
     reason = "N = 8 is not a multiple of 16 (torch._scaled_mm needs K and N divisible by 16 for float8)"
     router = layer("layers.0.moe.router.gate", 4096, 8, status=LayerStatus.NOT_CONVERTIBLE, reason=reason)
@@ -186,7 +186,7 @@ def test_shipped_profile_end_to_end(monkeypatch, llama3_small):
     import fp8advisor.inspect.layers
 
     monkeypatch.setattr(fp8advisor.inspect.layers, "inspect_model", lambda target, **kw: llama3_small)
-    monkeypatch.setattr("fp8advisor.predict.profile._detect_device_name", lambda: None)
+    monkeypatch.setattr("fp8advisor.predict.selection._detect_device_name", lambda: None)
     result = _run(LLAMA, "--seq", "2048", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -316,7 +316,7 @@ def test_published_figures_are_not_marked(monkeypatch, llama3_small):
     import fp8advisor.inspect.layers
 
     monkeypatch.setattr(fp8advisor.inspect.layers, "inspect_model", lambda target, **kw: llama3_small)
-    monkeypatch.setattr("fp8advisor.predict.profile._detect_device_name", lambda: None)
+    monkeypatch.setattr("fp8advisor.predict.selection._detect_device_name", lambda: None)
     result = runner.invoke(app, ["suggest", LLAMA, "--seq", "2048"], env={"COLUMNS": "120"})
     recipes = {
         line.split()[0]: line.split()

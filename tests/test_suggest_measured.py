@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from fp8advisor.cli import app
 from fp8advisor.inspect.blocks import discover_blocks
 from fp8advisor.inspect.target import load_model
-from fp8advisor.measure.results import RunWriter, make_header, new_run_id, utc_now
+from fp8advisor.measure.run_writer import RunWriter, make_header, new_run_id, utc_now
 from fp8advisor.paths import MODELS_DIR
 
 runner = CliRunner()

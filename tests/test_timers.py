@@ -11,9 +11,10 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fp8advisor.measure import sweep as bench
+from fp8advisor.measure import linear as bench
 from fp8advisor.measure import timers  # noqa: E402
-from fp8advisor.measure.sweep import BenchSettings, ShapeBench  # noqa: E402
+from fp8advisor.measure.linear import ShapeBench  # noqa: E402
+from fp8advisor.measure.protocol import BenchSettings  # noqa: E402
 from fp8advisor.measure.timers import (  # noqa: E402
     CpuTimer,
     CudaTimer,

@@ -18,10 +18,11 @@ from _advice_helpers import llama_layers, modelled_choice  # noqa: E402
 
 from fp8advisor.advice.decide import advise  # noqa: E402
 from fp8advisor.cli import app  # noqa: E402
-from fp8advisor.emit.writer import format_warnings, render  # noqa: E402
+from fp8advisor.emit.config_file import format_warnings, render  # noqa: E402
 from fp8advisor.errors import ConfigError, TargetError  # noqa: E402
 from fp8advisor.inspect import titan  # noqa: E402
-from fp8advisor.inspect.layers import LayerStatus, inspect_model  # noqa: E402
+from fp8advisor.inspect.layers import inspect_model  # noqa: E402
+from fp8advisor.inspect.records import LayerStatus  # noqa: E402
 from fp8advisor.inspect.target import load_model, parse_target  # noqa: E402
 from fp8advisor.request import SuggestRequest  # noqa: E402
 
@@ -49,7 +50,7 @@ def llama8b():
 def fake_world(monkeypatch, llama8b):
     """suggest reads the traced model above (or a 0.2-named Llama) and predicts with the H100 roofline."""
     import fp8advisor.inspect.layers
-    import fp8advisor.predict.profile
+    import fp8advisor.predict.selection
 
     models = {LLAMA3_8B: llama8b, "llama02.py": llama_layers(32)}
 
@@ -58,9 +59,9 @@ def fake_world(monkeypatch, llama8b):
 
     monkeypatch.setattr(fp8advisor.inspect.layers, "inspect_model", fake_inspect)
     monkeypatch.setattr(
-        fp8advisor.predict.profile, "select_profile", lambda requested=None, **kw: modelled_choice()
+        fp8advisor.predict.selection, "select_profile", lambda requested=None, **kw: modelled_choice()
     )
-    monkeypatch.setattr("fp8advisor.advice.decide._detect_capability", lambda: None)
+    monkeypatch.setattr("fp8advisor.advice.caveats._detect_capability", lambda: None)
 
 
 # ----------------------------------------------------------------------------------------------- target

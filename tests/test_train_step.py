@@ -28,7 +28,7 @@ def train_step():
 @pytest.fixture(scope="module")
 def emulated_run(train_step, tmp_path_factory):
     """(report, threshold): one emulated run whose advice threshold splits the tiny model's layers."""
-    from fp8advisor.predict.profile import select_profile
+    from fp8advisor.predict.selection import select_profile
 
     # A threshold between the two lowest predicted speedups at seq 64, so that the advice converts some but
     # not all layers there, whatever profile ships: the filter must then pick exactly the advised names.

@@ -16,8 +16,10 @@ from _verify_helpers import ADVISED, advise_with_predictor, predictor, torchtita
 
 from fp8advisor.paths import MODELS_DIR  # noqa: E402
 from fp8advisor.request import OPTIONS, SuggestRequest  # noqa: E402
-from fp8advisor.verification import verifier as verify_module  # noqa: E402
-from fp8advisor.verification.verifier import SQNR_THRESHOLD_DB, DifferenceKind, verify  # noqa: E402
+from fp8advisor.verification import conversion, execution, shadow  # noqa: E402
+from fp8advisor.verification.numerics import SQNR_THRESHOLD_DB  # noqa: E402
+from fp8advisor.verification.report import DifferenceKind  # noqa: E402
+from fp8advisor.verification.verifier import verify  # noqa: E402
 
 SEQ = 256  # the advised batch x seq; the run itself uses batch 1 x seq 64
 
@@ -52,7 +54,7 @@ def toml(tmp_path: Path, entries: list[str], **kwargs) -> Path:
 @pytest.fixture(scope="module")
 def suggested(tiny, tmp_path_factory):
     """Write every format with fp8advisor's own emitter, for the same model, batch, seq and recipe."""
-    from fp8advisor.emit.writer import render
+    from fp8advisor.emit.config_file import render
     from fp8advisor.frameworks.formats import ConfigFormat
     from fp8advisor.inspect.layers import inspect_model
     from fp8advisor.request import SuggestRequest
@@ -130,7 +132,7 @@ OFF_FILES = ["job.toml", "recipe.py", "nemo.yaml", "accel.py", "train.py", "filt
 def suggested_off(tiny, tmp_path_factory):
     """Every format written by suggest when nothing is worth converting (min speedup 3x: no layer reaches
     it)."""
-    from fp8advisor.emit.writer import render
+    from fp8advisor.emit.config_file import render
     from fp8advisor.frameworks.formats import ConfigFormat
     from fp8advisor.inspect.layers import inspect_model
     from fp8advisor.request import SuggestRequest
@@ -210,7 +212,7 @@ def test_recipe_other_than_requested_is_named(tiny, tmp_path):
 
 def test_converted_layer_that_runs_bf16_is_caught(tiny, tmp_path, monkeypatch):
     """A framework that swaps the module but whose forward never reaches float8 (here: F.linear in bf16)."""
-    real_convert = verify_module.convert
+    real_convert = execution.convert
 
     def convert_then_bypass(model, *args, **kwargs):
         converted = real_convert(model, *args, **kwargs)
@@ -219,7 +221,7 @@ def test_converted_layer_that_runs_bf16_is_caught(tiny, tmp_path, monkeypatch):
             down.forward = lambda x: F.linear(x, down.weight)
         return converted
 
-    monkeypatch.setattr(verify_module, "convert", convert_then_bypass)
+    monkeypatch.setattr(execution, "convert", convert_then_bypass)  # the real model's conversion
     report = run(tiny, toml(tmp_path, ["gate", "spare"]))
     assert kinds(report) == {DifferenceKind.NO_FLOAT8: ["blocks.0.down"]}
     assert "forward 0, backward 0" in report.differences[0].detail
@@ -277,7 +279,7 @@ def test_layer_sqnr_measures_float8_against_bf16(recipe):
     from torchao.float8 import convert_to_float8_training
 
     from fp8advisor.recipes import float8_config
-    from fp8advisor.verification.verifier import layer_sqnr
+    from fp8advisor.verification.numerics import layer_sqnr
 
     torch.manual_seed(0)
     bf16 = torch.nn.Sequential(torch.nn.Linear(64, 256, bias=False, dtype=torch.bfloat16))
@@ -342,7 +344,7 @@ def test_shadow_step_runs_single_threaded_on_shared_weights(tiny, tmp_path, monk
     # The step runs on one CPU thread (its small GEMMs ran 3 to 10x slower on two) and the caller's thread
     # count comes back afterwards; the float8 twin of the shadow shares the bf16 shadow's weights (memory).
     seen = {}
-    real_forward_backward = verify_module._forward_backward
+    real_forward_backward = execution._forward_backward
 
     def forward_backward(bf16_model, float8_model, *args):
         seen["threads"] = torch.get_num_threads()
@@ -350,7 +352,7 @@ def test_shadow_step_runs_single_threaded_on_shared_weights(tiny, tmp_path, monk
         seen["shared"] = bf16_model.get_submodule(up).weight is float8_model.get_submodule(up).weight
         return real_forward_backward(bf16_model, float8_model, *args)
 
-    monkeypatch.setattr(verify_module, "_forward_backward", forward_backward)
+    monkeypatch.setattr(execution, "_forward_backward", forward_backward)
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -370,7 +372,7 @@ def test_shadow_is_built_in_linear_time(tmp_path, monkeypatch):
     from torch import nn
 
     from fp8advisor.frameworks.reader import read_config
-    from fp8advisor.inspect.layers import LayerStatus
+    from fp8advisor.inspect.records import LayerStatus
     from fp8advisor.recipes import Recipe
 
     with torch.device("meta"):
@@ -381,16 +383,16 @@ def test_shadow_is_built_in_linear_time(tmp_path, monkeypatch):
     real_named_modules = nn.Module.named_modules
 
     def counted(self, *args, **kwargs):
-        if isinstance(self, verify_module._Shadow):
+        if isinstance(self, shadow._Shadow):
             tables.append(1)
         return real_named_modules(self, *args, **kwargs)
 
     monkeypatch.setattr(nn.Module, "named_modules", counted)
-    device = verify_module._execution_device()
+    device = execution.execution_device()
     converted = {str(i) for i in range(300)}
-    _, float8 = verify_module._shadow_models(shapes, layers, config, converted, device, 0)
+    _, float8 = shadow.shadow_models(shapes, layers, config, converted, device, 0)
     assert len(tables) <= 10, len(tables)
-    assert len(verify_module.converted_fqns(float8)) == 300
+    assert len(conversion.converted_fqns(float8)) == 300
 
 
 def test_llama_example_at_small_size(tmp_path):

@@ -155,7 +155,7 @@ def test_megatron_precision_config_is_refused_clearly(tiny, tmp_path):
 
 def _suggested(tiny: str, tmp_path: Path, seq: int, expert_parallel: int = 1) -> str:
     """A torchtitan TOML as suggest writes it for the tiny model at batch 1 x `seq`, with its header."""
-    from fp8advisor.emit.writer import render
+    from fp8advisor.emit.config_file import render
     from fp8advisor.inspect.layers import inspect_model
     from fp8advisor.request import SuggestRequest
 
@@ -191,7 +191,7 @@ def test_file_without_header_keeps_the_defaults(tiny, tmp_path):
 
 
 def test_advice_settings_read_every_header_value(tmp_path):
-    from fp8advisor.verification.verifier import advice_settings
+    from fp8advisor.verification.settings import advice_settings
 
     path = tmp_path / "job.yaml"
     path.write_text(

@@ -4,21 +4,24 @@ In: a model's layers (`fp8advisor.inspect`), a profile choice (`fp8advisor.predi
 in-context results (`bench --model`). Out: an `Advice` (each Linear and expert group decided, with its
 predicted times and the filter list that says it) and a `StepPrediction` of the whole training step.
 
-- `decide`: the per-layer and per-expert decisions and the recipe choice (`advise`).
+- `decide`: `advise`, its steps in order; `records`: what it returns (`Advice`, `LayerAdvice`, ...).
+- `recipe_choice`: `--recipe auto`; `linears`: the decision for each Linear layer; `experts`: for each group
+  of routed experts; `strategies`: the strategies the summary compares (torchao's auto filter among them);
+  `caveats`: the warnings and notes that come with the advice.
 - `in_context`: blocks measured in context decide their own layers; `seeds`: where that measurement starts.
-- `step`: the step-time model (`predict_step`, `step_report`); `published`: the published end-to-end results
-  it is checked against.
+- `step`: the step-time model (`predict_step`); `step_comparison`: each strategy's step and the advice's
+  break-even (`step_report`); `published`: the published end-to-end results the step model is checked against.
 """
 
 from fp8advisor._lazy import lazy_exports
 
 _EXPORTS = {
-    "Advice": "fp8advisor.advice.decide",
-    "LayerAdvice": "fp8advisor.advice.decide",
+    "Advice": "fp8advisor.advice.records",
+    "LayerAdvice": "fp8advisor.advice.records",
     "advise": "fp8advisor.advice.decide",
-    "default_predictor": "fp8advisor.advice.decide",
+    "default_predictor": "fp8advisor.advice.linears",
     "predict_step": "fp8advisor.advice.step",
-    "step_report": "fp8advisor.advice.step",
+    "step_report": "fp8advisor.advice.step_comparison",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -93,8 +93,8 @@ def find_in_context(
     """The block choices in `directory` for this model fingerprint, GPU family and recipe; None when there are
     none. Named with --measured (not `automatic`), a directory with nothing usable is an error saying what
     it holds; emulated results are refused either way."""
+    from fp8advisor.gpus import gpu_family
     from fp8advisor.measure.results import runs_in
-    from fp8advisor.predict.roofline import gpu_family
 
     directory = Path(directory)
     if not automatic and not directory.is_dir():
@@ -150,7 +150,7 @@ def find_in_context(
 def in_context_dir() -> Path:
     """Where in-context results go by default, and where `suggest` looks for them: the profile directory's
     `in-context/`."""
-    from fp8advisor.predict.profile import user_profile_dir
+    from fp8advisor.predict.profile_files import user_profile_dir
 
     return user_profile_dir() / "in-context"
 

@@ -115,10 +115,10 @@ class AnchorPrediction:
 def predict_anchor(anchor: Anchor, calibration: Calibration, model_layers=None) -> AnchorPrediction:
     """Run the step model on `anchor` as published: every convertible Linear whose FQN contains no
     `keep_bf16` entry in float8, with the profile fp8advisor picks for the anchor's GPU."""
-    from fp8advisor.advice.decide import decide_layers, default_predictor
+    from fp8advisor.advice.linears import decide_layers, default_predictor
+    from fp8advisor.gpus import get_specs
     from fp8advisor.inspect.layers import inspect_model
-    from fp8advisor.predict.profile import select_profile
-    from fp8advisor.predict.roofline import get_specs
+    from fp8advisor.predict.selection import select_profile
 
     if model_layers is None:
         model_layers = inspect_model(anchor.model, batch=anchor.batch, seq=anchor.seq)

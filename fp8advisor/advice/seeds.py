@@ -5,13 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fp8advisor.advice.decide import (
-    DEFAULT_MIN_SPEEDUP,
-    decide_layers,
-    default_predictor,
-    torchao_auto_filter_converts,
-)
+from fp8advisor.advice.linears import decide_layers, default_predictor
+from fp8advisor.advice.strategies import torchao_auto_filter_converts
 from fp8advisor.recipes import parse_recipe
+from fp8advisor.request import DEFAULT_MIN_SPEEDUP
 
 
 def seed_sets(discovery, recipes: Sequence[str], profile_choice) -> dict[str, dict[str, dict]]:

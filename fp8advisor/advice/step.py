@@ -1,20 +1,20 @@
 """The time of one training step on one GPU, term by term, for bf16 and for any set of float8 layers.
 
 Users compare step time and tokens per second, not Linear time. A step is modelled as the sum of the GPU
-time of what it runs, each term priced from the traced forward (`fp8advisor.inspect.layers.ModelLayers`, with
+time of what it runs, each term priced from the traced forward (`fp8advisor.inspect.records.ModelLayers`, with
 its `fp8advisor.inspect.census.OpCensus`) by a named formula and constant:
 
-- **Linear layers**: the profile's figures, per layer and call (`fp8advisor.advice.decide.LayerAdvice`): bf16
-  forward+backward time (the profile's measured kernel times where it has them, else torchao's roofline), and
-  that time over the predicted float8 speedup for a converted layer. Provenance: the profile's. The expert
-  Linears of a ModuleList of experts are Linear layers here (decided as their group).
-- **Routed experts** (grouped 3-D weights, `fp8advisor.advice.decide.ExpertAdvice`): each group's grouped
-GEMMs'
-  forward+backward time at its balanced per-expert M (`fp8advisor.predict.speedup.predict_expert_group`), per
-  GPU: with expert parallelism P the E / P local experts at tokens x top_k x P / E rows each, bf16, or
-  float8 in a strategy that converts the group (the advice when it does; "every convertible layer"; never
-  torchao's auto filter, which sees Linear modules only). The census does not price them: GEMMs on parameters
-  are the recorder's layers, not census matmuls, so nothing is counted twice. Only present for MoE models.
+- **Linear layers**: the profile's figures, per layer and call (`fp8advisor.advice.records.LayerAdvice`):
+  bf16 forward+backward time (the profile's measured kernel times where it has them, else torchao's
+  roofline), and that time over the predicted float8 speedup for a converted layer. Provenance: the
+  profile's. The expert Linears of a ModuleList of experts are Linear layers here (decided as their group).
+- **Routed experts** (grouped 3-D weights, `fp8advisor.advice.records.ExpertAdvice`): each group's grouped
+  GEMMs' forward+backward time at its balanced per-expert M
+  (`fp8advisor.predict.speedup.predict_expert_group`), per GPU: with expert parallelism P the E / P local
+  experts at tokens x top_k x P / E rows each, bf16, or float8 in a strategy that converts the group (the
+  advice when it does; "every convertible layer"; never torchao's auto filter, which sees Linear modules
+  only). The census does not price them: GEMMs on parameters are the recorder's layers, not census matmuls,
+  so nothing is counted twice. Only present for MoE models.
 - **Attention**: forward FLOPs of each fused attention call (`AttentionCall.forward_flops`; causal counts
   only the unmasked scores), backward `ATTENTION_BACKWARD_FLOPS` times that, at `ATTENTION_PEAK_FRACTION` of
   the GPU's dense bf16 peak. Other activation-by-activation GEMMs (hand-written attention) at torchao's GEMM
@@ -43,19 +43,19 @@ predicted *speedup* untouched: the published speedups are checks of the model, n
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
 from fp8advisor.errors import AdvisorError, ProfileError
-from fp8advisor.inspect.layers import ExpertForm
+from fp8advisor.gpus import GpuSpecs
+from fp8advisor.inspect.records import ExpertForm
 from fp8advisor.paths import DATA_DIR
-from fp8advisor.predict.roofline import BYTES_PER_BF16, GpuSpecs
+from fp8advisor.predict.roofline import BYTES_PER_BF16
 from fp8advisor.recipes import Recipe
 
 #: FlashAttention-2 on an H100 SXM5 reaches "up to 335 TFLOPs/s" forward+backward at head dimension 128
@@ -76,10 +76,6 @@ LOSS_BYTES_PER_LOGIT = 3 * BYTES_PER_BF16
 ADAMW_TENSORS_MOVED = 7
 #: A Linear's forward is one of its three GEMMs of equal FLOPs (output, grad_input, grad_weight).
 LINEAR_FORWARD_SHARE = 1 / 3
-#: The break-even: the step speedup the advice must reach.
-BREAK_EVEN_SPEEDUP = 1.05
-#: Token counts are searched in multiples of this (float8 GEMMs need multiples of 16).
-TOKEN_QUANTUM = 16
 
 #: GPU-to-GPU bandwidth per direction per GPU, datasheet peaks (NCCL reaches less): NVLink 4 (H100/H200 SXM,
 #: 900 GB/s bidirectional), NVLink 5 (Blackwell, 1.8 TB/s bidirectional), Infinity Fabric (MI300X, 7 links of
@@ -274,7 +270,7 @@ def _in_blocks(fqn: str) -> bool:
 
 
 def _weakest_or_modelled(provenances: Iterable[str]) -> str:
-    from fp8advisor.predict.profile import weakest_provenance
+    from fp8advisor.predict.figures import weakest_provenance
 
     return weakest_provenance(provenances, empty=MODELLED)
 
@@ -403,30 +399,10 @@ def predict_step(
     in_float8 = [layer for layer in timed if layer.fqn in converted]
     in_bf16 = [layer for layer in timed if layer.fqn not in converted]
 
-    def linear_s(layer) -> float:
-        return layer.float8_time_s if layer.fqn in converted else layer.bf16_time_s
-
-    recomputed_fqns: set[str] = set()
-    if config.ac is Checkpointing.SELECTIVE:
-        recomputed_fqns = set(_block_linears(timed))
-    elif config.ac is Checkpointing.FULL:
-        recomputed_fqns = {layer.fqn for layer in timed if _in_blocks(layer.fqn)}
     parts = _compute_parts(census, parameters, gpu, config, token_scale)
-    recompute = LINEAR_FORWARD_SHARE * sum(linear_s(layer) for layer in timed if layer.fqn in recomputed_fqns)
-    recompute_words = [f"the forward of {len(recomputed_fqns)} Linear layer(s)"] if recomputed_fqns else []
-    if config.ac is not Checkpointing.NONE:
-        recompute += parts.memory_forward_s
-        recompute_words.append("every memory-bound region's forward")
-    if config.ac is Checkpointing.FULL:
-        recompute += parts.attention_forward_s + parts.matmul_forward_s
-        recompute_words.append("attention's forward")
-        in_blocks = [e for e in grouped if _in_blocks(e.group)]
-        if in_blocks:
-            recompute += LINEAR_FORWARD_SHARE * sum(
-                e.float8_time_s if e.group in converted_experts else e.bf16_time_s for e in in_blocks
-            )
-            recompute_words.append(f"the forward of {len(in_blocks)} routed expert group(s)")
-
+    recompute, recompute_words, recomputed_fqns = _recompute(
+        config, parts, timed, converted, grouped, converted_experts
+    )
     efficiency = calibration.in_step_efficiency
 
     def scaled(seconds: float) -> float:
@@ -437,21 +413,7 @@ def predict_step(
         p for layer in timed for p in (layer.provenance, layer.bf16_provenance) if p
     )
     terms = [
-        Term(
-            "linear_float8",
-            scaled(sum(layer.float8_time_s for layer in in_float8)),
-            _weakest_or_modelled(
-                p for layer in in_float8 for p in (layer.provenance, layer.bf16_provenance) if p
-            ),
-            f"{len(in_float8)} Linear layer(s) in float8: the profile's bf16 time / predicted speedup"
-            + in_step,
-        ),
-        Term(
-            "linear_bf16",
-            scaled(sum(layer.bf16_time_s for layer in in_bf16)),
-            _weakest_or_modelled(layer.bf16_provenance for layer in in_bf16 if layer.bf16_provenance),
-            f"{len(in_bf16)} Linear layer(s) in bf16: the profile's bf16 forward+backward time" + in_step,
-        ),
+        *_linear_terms(in_float8, in_bf16, scaled, in_step),
         *_expert_terms(experts_float8, experts_bf16, scaled, in_step),
         Term("attention", scaled(parts.attention_s), MODELLED, parts.basis["attention"] + in_step),
         Term("matmul", scaled(parts.matmul_s), MODELLED, parts.basis["matmul"] + in_step),
@@ -468,23 +430,91 @@ def predict_step(
     ]
     compute_s = sum(term.seconds for term in terms)
     communication = _communication_s(timed, converted, parameters, gpu, config)
-    exposed = max(0.0, communication - compute_s)
-    terms.append(
-        Term(
-            "communication",
-            exposed,
-            MODELLED,
-            (
-                f"FSDP over {config.world_size} GPUs: {communication * 1e3:.3g} ms of all-gather x2 + "
-                f"reduce-scatter at {gpu.interconnect_bytes_per_s / 1e9:.0f} GB/s per direction; overlapped "
-                "with compute, only the excess shows"
-                + (" (float8 all-gather of converted weights)" if config.float8_all_gather else "")
-            )
-            if config.world_size > 1
-            else "one GPU: no FSDP traffic",
-        )
-    )
+    terms.append(_communication_term(communication, compute_s, gpu, config))
     tokens = max(1, round(model_layers.tokens * token_scale))
+    speedups = _speedups_provenance(in_float8, experts_float8)
+    return StepPrediction(
+        name, label, len(in_float8), tokens, tuple(terms), communication, speedups, len(experts_float8)
+    )
+
+
+def _recompute(
+    config: StepConfig,
+    parts: _ComputeParts,
+    timed: Sequence[Any],
+    converted: frozenset[str],
+    grouped: Sequence[Any],
+    converted_experts: frozenset[str],
+) -> tuple[float, list[str], set[str]]:
+    """What activation checkpointing recomputes: its kernel seconds, the words that say what, and the FQNs of
+    the Linear layers it recomputes (of `timed`; `grouped`: the priced groups of grouped experts)."""
+
+    def linear_s(layer) -> float:
+        return layer.float8_time_s if layer.fqn in converted else layer.bf16_time_s
+
+    recomputed_fqns: set[str] = set()
+    if config.ac is Checkpointing.SELECTIVE:
+        recomputed_fqns = set(_block_linears(timed))
+    elif config.ac is Checkpointing.FULL:
+        recomputed_fqns = {layer.fqn for layer in timed if _in_blocks(layer.fqn)}
+    recompute = LINEAR_FORWARD_SHARE * sum(linear_s(layer) for layer in timed if layer.fqn in recomputed_fqns)
+    recompute_words = [f"the forward of {len(recomputed_fqns)} Linear layer(s)"] if recomputed_fqns else []
+    if config.ac is not Checkpointing.NONE:
+        recompute += parts.memory_forward_s
+        recompute_words.append("every memory-bound region's forward")
+    if config.ac is Checkpointing.FULL:
+        recompute += parts.attention_forward_s + parts.matmul_forward_s
+        recompute_words.append("attention's forward")
+        in_blocks = [e for e in grouped if _in_blocks(e.group)]
+        if in_blocks:
+            recompute += LINEAR_FORWARD_SHARE * sum(
+                e.float8_time_s if e.group in converted_experts else e.bf16_time_s for e in in_blocks
+            )
+            recompute_words.append(f"the forward of {len(in_blocks)} routed expert group(s)")
+    return recompute, recompute_words, recomputed_fqns
+
+
+def _linear_terms(in_float8, in_bf16, scaled: Callable[[float], float], in_step: str) -> list[Term]:
+    """The Linear layers' two terms: those in float8, those in bf16."""
+    return [
+        Term(
+            "linear_float8",
+            scaled(sum(layer.float8_time_s for layer in in_float8)),
+            _weakest_or_modelled(
+                p for layer in in_float8 for p in (layer.provenance, layer.bf16_provenance) if p
+            ),
+            f"{len(in_float8)} Linear layer(s) in float8: the profile's bf16 time / predicted speedup"
+            + in_step,
+        ),
+        Term(
+            "linear_bf16",
+            scaled(sum(layer.bf16_time_s for layer in in_bf16)),
+            _weakest_or_modelled(layer.bf16_provenance for layer in in_bf16 if layer.bf16_provenance),
+            f"{len(in_bf16)} Linear layer(s) in bf16: the profile's bf16 forward+backward time" + in_step,
+        ),
+    ]
+
+
+def _communication_term(communication: float, compute_s: float, gpu: StepGpu, config: StepConfig) -> Term:
+    """The FSDP traffic that the step's compute does not hide (`communication`: all of it, before overlap)."""
+    exposed = max(0.0, communication - compute_s)
+    return Term(
+        "communication",
+        exposed,
+        MODELLED,
+        (
+            f"FSDP over {config.world_size} GPUs: {communication * 1e3:.3g} ms of all-gather x2 + "
+            f"reduce-scatter at {gpu.interconnect_bytes_per_s / 1e9:.0f} GB/s per direction; overlapped "
+            "with compute, only the excess shows"
+            + (" (float8 all-gather of converted weights)" if config.float8_all_gather else "")
+        )
+        if config.world_size > 1
+        else "one GPU: no FSDP traffic",
+    )
+
+
+def _speedups_provenance(in_float8, experts_float8) -> str | None:
+    """The weakest provenance of the float8 speedups the step rests on (None: nothing in float8)."""
     speedups = (
         _weakest_or_modelled(layer.provenance for layer in in_float8 if layer.provenance)
         if in_float8
@@ -494,9 +524,7 @@ def predict_step(
         speedups = _weakest_or_modelled(
             [*([speedups] if speedups else []), *(e.provenance for e in experts_float8 if e.provenance)]
         )
-    return StepPrediction(
-        name, label, len(in_float8), tokens, tuple(terms), communication, speedups, len(experts_float8)
-    )
+    return speedups
 
 
 def _expert_terms(experts_float8, experts_bf16, scaled: Callable[[float], float], in_step: str) -> list[Term]:
@@ -523,264 +551,19 @@ def _expert_terms(experts_float8, experts_bf16, scaled: Callable[[float], float]
     ]
 
 
-# --- strategies, break-even, report -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BreakEven:
-    """The smallest tokens per GPU step (a multiple of 16) at which the advice reaches `target` step speedup.
-
-    `tokens` is None when even `searched_up_to` tokens do not reach it.
-    """
-
-    target: float
-    tokens: int | None
-    seq: int
-    speedup: float | None  # at `tokens`
-    speedup_below: float | None  # at `tokens` - 16 (None when tokens is 16)
-    searched_up_to: int
-
-    @property
-    def batch(self) -> int | None:
-        """Sequences per GPU step at the given sequence length."""
-        return None if self.tokens is None else max(1, math.ceil(self.tokens / self.seq))
-
-    def to_json(self) -> dict:
-        return {
-            "target_step_speedup": self.target,
-            "tokens_per_gpu_step": self.tokens,
-            "seq": self.seq,
-            "batch": self.batch,
-            "step_speedup_at_tokens": None if self.speedup is None else round(self.speedup, 4),
-            "step_speedup_16_tokens_fewer": None
-            if self.speedup_below is None
-            else round(self.speedup_below, 4),
-            "searched_up_to_tokens": self.searched_up_to,
-        }
-
-
-def scale_layers(model_layers, tokens: int):
-    """`model_layers` with every layer's rows scaled to `tokens` per step (rows grow with the tokens at a
-    fixed sequence length, for dense and routed layers alike), and each expert group's tokens and M total."""
-    factor = tokens / model_layers.tokens
-    layers = tuple(
-        replace(layer, M_per_call=tuple(max(1, round(m * factor)) for m in layer.M_per_call))
-        for layer in model_layers.layers
-    )
-    groups = tuple(
-        replace(
-            group,
-            tokens=max(1, round(group.tokens * factor)),
-            M_total=None if group.M_total is None else max(1, round(group.M_total * factor)),
-        )
-        for group in getattr(model_layers, "expert_groups", ())
-    )
-    return replace(model_layers, layers=layers, expert_groups=groups)
-
-
-def find_break_even(
-    speedup_at: Callable[[int], float],
-    seq: int,
-    *,
-    target: float = BREAK_EVEN_SPEEDUP,
-    limit: int = 2**27,
-) -> BreakEven:
-    """The smallest multiple of 16 tokens whose step speedup reaches `target`.
-
-    Doubling from 16 tokens brackets it, bisection closes the bracket: exact when the speedup grows with the
-    tokens (it does in this model: the Linear layers' share and speedup both grow with M, the fixed costs do
-    not); the result carries the speedup 16 tokens below to show the boundary.
-    """
-    cache: dict[int, float] = {}
-
-    def at(tokens: int) -> float:
-        if tokens not in cache:
-            cache[tokens] = speedup_at(tokens)
-        return cache[tokens]
-
-    low, high = 0, TOKEN_QUANTUM  # speedup(low) < target (0: nothing below), speedup(high) unknown
-    while at(high) < target:
-        if high >= limit:
-            return BreakEven(target, None, seq, None, None, limit)
-        low, high = high, min(2 * high, limit)
-    while high - low > TOKEN_QUANTUM:
-        middle = (low + high) // 2 // TOKEN_QUANTUM * TOKEN_QUANTUM
-        if at(middle) >= target:
-            high = middle
-        else:
-            low = middle
-    below = at(high - TOKEN_QUANTUM) if high > TOKEN_QUANTUM else None
-    return BreakEven(target, high, seq, at(high), below, limit)
-
-
-@dataclass(frozen=True)
-class StepReport:
-    """`suggest`'s step section: each strategy's predicted step, and the advice's break-even."""
-
-    gpu: str
-    config: StepConfig
-    calibration: Calibration
-    predictions: tuple[StepPrediction, ...]
-    break_even: BreakEven | None
-    notes: tuple[str, ...] = field(default=())
-
-    @property
-    def baseline(self) -> StepPrediction:
-        return self.predictions[0]
-
-    def prediction(self, name: str) -> StepPrediction:
-        return next(p for p in self.predictions if p.name == name)
-
-    def speedup(self, name: str) -> float:
-        return self.baseline.step_s / self.prediction(name).step_s
-
-    def to_json(self) -> dict:
-        return {
-            "gpu": self.gpu,
-            "config": self.config.to_json(),
-            "in_step_efficiency": self.calibration.in_step_efficiency,
-            "calibration": self.calibration.fitted_to,
-            "strategies": {p.name: p.to_json(self.baseline) for p in self.predictions},
-            "break_even": None if self.break_even is None else self.break_even.to_json(),
-            "notes": list(self.notes),
-        }
-
-
-def step_report(
-    advice,
-    model_layers,
-    profile_choice,
-    gpu: StepGpu,
-    config: StepConfig,
-    calibration: Calibration | None = None,
-    *,
-    predictor: Callable | None = None,
-    break_even_target: float | None = BREAK_EVEN_SPEEDUP,
-) -> StepReport:
-    """Predicted steps of bf16 and of each of the advice's strategies, and the advice's break-even.
-
-    Routed expert groups count in every step: bf16 in the bf16 step and where a strategy keeps them, float8
-    where it converts them (`Strategy.expert_groups`). The break-even re-decides the layers and the expert
-    groups at each token count, as the advice would there.
-    """
-    from fp8advisor.advice.decide import (
-        decide_experts,
-        decide_layers,
-        default_expert_predictor,
-        default_predictor,
-    )
-
-    config.check(advice.recipe)
-    calibration = calibration or Calibration.load()
-    experts = tuple(getattr(advice, "experts", ()))
-    predictions = [
-        predict_step(
-            "bf16", "bf16", model_layers, advice.layers, (), gpu, config, calibration, experts=experts
-        )
-    ]
-    for strategy in advice.strategies:
-        if strategy.predicted_speedup is None:
-            continue  # not available (e.g. torchao's auto filter for rowwise_with_gw_hp)
-        predictions.append(
-            predict_step(
-                strategy.name,
-                strategy.label,
-                model_layers,
-                advice.layers,
-                strategy.converted,
-                gpu,
-                config,
-                calibration,
-                experts=experts,
-                converted_experts=getattr(strategy, "expert_groups", ()),
-            )
-        )
-    notes = [
-        "a step here is one micro-step of batch x seq tokens on one GPU; tokens/s is per GPU",
-        "speedups do not depend on the in-step efficiency (it divides every compute term alike)",
-    ]
-    if model_layers.census is not None and not model_layers.census.complete:
-        notes.append("tracing stopped part-way: attention and memory-bound terms cover only what ran")
-    expert_parallel = getattr(advice, "expert_parallel", 1)
-    if any(e.form == ExpertForm.GROUPED.value for e in experts):
-        notes.append(
-            "routed experts: grouped GEMMs at balanced routing, modelled by the grouped roofline unless a "
-            "measured grouped profile answers; "
-            + (
-                f"per GPU under --ep {expert_parallel} (E / {expert_parallel} experts, the rows of "
-                f"{expert_parallel} GPUs' tokens); the all-to-all and the expert weights' smaller optimizer "
-                "and FSDP share are not modelled"
-                if expert_parallel > 1
-                else "expert parallelism (all-to-all) is not modelled"
-            )
-        )
-    unpriced = [e for e in experts if e.form == ExpertForm.GROUPED.value and e.predicted_speedup is None]
-    if unpriced:
-        notes.append(
-            f"{len(unpriced)} routed expert group(s) left out of every step (no prediction): "
-            + "; ".join(f"{e.group}: {e.reason}" for e in unpriced)
-        )
-
-    break_even = None
-    if break_even_target is not None:
-        layer_predictor = functools.lru_cache(maxsize=None)(predictor or default_predictor(profile_choice))
-        expert_predictor = default_expert_predictor(profile_choice) if experts else None
-
-        def speedup_at(tokens: int) -> float:
-            scaled = scale_layers(model_layers, tokens)
-            decided = decide_layers(
-                scaled.layers, advice.recipe, layer_predictor, advice.min_speedup, advice.tensor_parallel
-            )
-            groups: tuple = ()
-            if expert_predictor is not None:
-                decided, groups = decide_experts(
-                    scaled,
-                    decided,
-                    advice.recipe,
-                    advice.min_speedup,
-                    layer_predictor,
-                    expert_predictor,
-                    tensor_parallel=advice.tensor_parallel,
-                    expert_parallel=getattr(advice, "expert_parallel", 1),
-                )
-            converted = [layer.fqn for layer in decided if layer.convert]
-            scale = tokens / model_layers.tokens
-            common = dict(gpu=gpu, config=config, calibration=calibration, token_scale=scale, experts=groups)
-            bf16 = predict_step("bf16", "bf16", scaled, decided, (), **common)
-            chosen = predict_step(
-                "advice",
-                "this advice",
-                scaled,
-                decided,
-                converted,
-                converted_experts=[e.group for e in groups if e.convert],
-                **common,
-            )
-            return bf16.step_s / chosen.step_s
-
-        break_even = find_break_even(speedup_at, model_layers.seq, target=break_even_target)
-    return StepReport(gpu.family, config, calibration, tuple(predictions), break_even, tuple(notes))
-
-
 __all__ = [
     "ADAMW_TENSORS_MOVED",
     "ATTENTION_BACKWARD_FLOPS",
     "ATTENTION_PEAK_FRACTION",
-    "BREAK_EVEN_SPEEDUP",
     "INTERCONNECT_BYTES_PER_S",
     "LINEAR_FORWARD_SHARE",
     "LOSS_BYTES_PER_LOGIT",
     "MEMORY_BACKWARD_FACTOR",
-    "BreakEven",
     "Calibration",
     "Checkpointing",
     "StepConfig",
     "StepGpu",
     "StepPrediction",
-    "StepReport",
     "Term",
-    "find_break_even",
     "predict_step",
-    "scale_layers",
-    "step_report",
 ]

@@ -1,8 +1,9 @@
 """The command line: the only place that knows Typer and Rich (stage 8 of the pipeline, on top of all others).
 
-`app` (in `fp8advisor.cli.common`) holds the Typer application, the consoles and the error handling; each
+`app` (in `fp8advisor.cli.application`) holds the Typer application, the consoles and the error handling; each
 command lives in its own module of this package, which parses, calls the library and renders:
-`layers_cmd`, `suggest_cmd`, `verify_cmd`, `bench_cmd` (with `bench_model` for `bench --model`), `fit_cmd`.
+`layers_cmd`, `suggest_cmd` (its report drawn by `suggest_view`), `verify_cmd`, `bench_cmd` (its results drawn
+by `bench_view`; `bench_model` for `bench --model`), `fit_cmd`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,6 @@ from fp8advisor.cli import (  # noqa: E402, F401
     suggest_cmd,
     verify_cmd,
 )
-from fp8advisor.cli.common import _main, app, command, console, err_console, main, state  # noqa: F401
+from fp8advisor.cli.application import _main, app, command, console, err_console, main, state  # noqa: F401
 
 __all__ = ["app", "command", "console", "err_console", "main", "state"]

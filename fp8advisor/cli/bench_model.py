@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fp8advisor.advice.in_context import in_context_dir
-from fp8advisor.cli.common import console, err_console, resume_command
+from fp8advisor.cli.application import console, err_console, resume_command
 from fp8advisor.recipes import BASELINE, Recipe, parse_recipe
 
 #: The recipes measured when --recipes is not given: the two torchtitan and NeMo AutoModel users choose
@@ -34,15 +34,17 @@ def bench_model(
     profile: str | None,
     started: float,
 ) -> None:
+    """`bench --model TARGET`: find the model's distinct blocks, measure each in context from the profile's
+    advice and the other seeds, save the results to `out` (resumable) and show what the search chose."""
     from fp8advisor.advice.seeds import seed_sets
     from fp8advisor.device import require_fp8_gpu
     from fp8advisor.files import check_output_directory
     from fp8advisor.inspect.blocks import discover_blocks
     from fp8advisor.inspect.target import load_model
-    from fp8advisor.measure.in_context import BlockSweepInterrupted, run_block_sweep
+    from fp8advisor.measure.block_sweep import BlockSweepInterrupted, run_block_sweep
+    from fp8advisor.measure.protocol import BenchSettings
     from fp8advisor.measure.schedule import check_time_budget
-    from fp8advisor.measure.sweep import BenchSettings
-    from fp8advisor.predict.profile import select_profile
+    from fp8advisor.predict.selection import select_profile
 
     check_time_budget(time_budget)
     chosen_recipes = [parse_recipe(name).value for name in recipes or DEFAULT_RECIPES if name != BASELINE]
@@ -117,7 +119,24 @@ def _passed_over(passed_over: dict[str, str], out: Path) -> str:
 
 
 def _print_summary(summary, discovery, recipes, out: Path, emulate: bool, time_budget) -> None:
-    from fp8advisor.measure.block_search import Timing
+    """What the block sweep measured, each block's times by recipe and the layers it chose, then what to do
+    next."""
+    _print_outcome(summary, out)
+    choices = {(choice["block"], choice["recipe"]): choice for choice in summary.choices}
+    console.print(_block_table(discovery, recipes, choices))
+    console.print(
+        "speedup 'noise': the chosen and bf16 times overlap in their 20th-80th percentiles", style="dim"
+    )
+    for (pattern, recipe), choice in choices.items():
+        names = [name or pattern for name in choice["float8"]]
+        console.print(
+            f"  {pattern} {recipe}: float8 {', '.join(names) or 'none'}", soft_wrap=True, markup=False
+        )
+    _print_next_step(summary, discovery, out, emulate, time_budget)
+
+
+def _print_outcome(summary, out: Path) -> None:
+    """Unreadable and passed-over earlier results, the variants measured, and the failures."""
     from fp8advisor.measure.results import unreadable_lines
 
     unreadable = unreadable_lines(summary.unreadable)
@@ -144,7 +163,13 @@ def _print_summary(summary, discovery, recipes, out: Path, emulate: bool, time_b
                 f"{record['reason']}",
                 soft_wrap=True,
             )
-    choices = {(choice["block"], choice["recipe"]): choice for choice in summary.choices}
+
+
+def _block_table(discovery, recipes, choices: dict) -> Table:
+    """A row per block and recipe: the median times of bf16, of the seeds and of the chosen set, and the
+    chosen set's speedup ('noise' where its times overlap bf16's)."""
+    from fp8advisor.measure.block_search import Timing
+
     table = Table(
         title="Block forward+backward, median ms (all: every convertible Linear in float8; advice: the "
         "profile's; auto: torchao's filter; chosen: the search's; float8: its layers/convertible)",
@@ -178,15 +203,12 @@ def _print_summary(summary, discovery, recipes, out: Path, emulate: bool, time_b
                 f"{len(choice['float8'])}/{len(unit.convertible)}",
                 versus,
             )
-    console.print(table)
-    console.print(
-        "speedup 'noise': the chosen and bf16 times overlap in their 20th-80th percentiles", style="dim"
-    )
-    for (pattern, recipe), choice in choices.items():
-        names = [name or pattern for name in choice["float8"]]
-        console.print(
-            f"  {pattern} {recipe}: float8 {', '.join(names) or 'none'}", soft_wrap=True, markup=False
-        )
+    return table
+
+
+def _print_next_step(summary, discovery, out: Path, emulate: bool, time_budget) -> None:
+    """The command that resumes a sweep stopped by its budget, the word that emulated times advise nothing,
+    or the suggest command these measurements decide."""
     if summary.stopped_by_budget:
         console.print(
             f"[bold yellow]time budget[/]: stopped after {summary.elapsed_s:.0f} of {time_budget:.0f} s, "

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from fp8advisor.cli.common import command, console
+from fp8advisor.cli.application import command, console
 from fp8advisor.errors import ResultsError
 
 
@@ -70,7 +70,7 @@ def fit(
     """Fit where float8 pays per recipe from measured speedups; report the error; write a profile."""
     from fp8advisor.files import guard_output
     from fp8advisor.predict.fit import fit_profile
-    from fp8advisor.predict.profile import looks_like_profile, save_profile, user_profile_dir
+    from fp8advisor.predict.profile_files import looks_like_profile, save_profile, user_profile_dir
 
     # Before the work: -o must be writable, not an input, and a profile if it exists (nothing else is
     # replaced; --force is about mixing machines, not about files).
@@ -94,11 +94,33 @@ def fit(
         path = save_profile(profile, destination)
         console.print_json(data={**report.to_json(), "written": str(path)})
         return
+    _print_report(report)
+    path = save_profile(profile, destination)
+    console.print(f"wrote {path}")
+
+
+def _print_report(report) -> None:
+    """The profile fitted, its notes, its error beside the roofline's, and where float8 pays per recipe."""
+    profile = report.profile
     sources = f"{len(report.sources)} source(s)"
     console.print(f"[bold]{profile.name}[/bold]: {profile.provenance}, {profile.device.name}, from {sources}")
     for note in report.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
+    console.print(_error_table(report))
+    grouped = profile.grouped
+    if grouped is not None:
+        speedups = [point.speedup for point in grouped.points]
+        console.print(
+            f"grouped expert GEMMs: {len(grouped.points)} measured (E, M per expert, K, N) point(s), "
+            f"speedup {min(speedups):.2f}x to {max(speedups):.2f}x"
+        )
+    for recipe, rows in report.thresholds.items():
+        console.print(_threshold_table(recipe, rows))
 
+
+def _error_table(report) -> Table:
+    """Per recipe (and the grouped GEMMs), the fit's leave-one-out error and the unfitted roofline's."""
+    profile = report.profile
     errors = Table(
         title="Error on the measured points: the profile's predictor (leave-one-out) and, for comparison, "
         "the unfitted roofline model",
@@ -115,67 +137,50 @@ def fit(
         errors.add_column(header, justify="left" if header in ("recipe", "predictor") else "right")
     for recipe, body in profile.recipes.items():
         for label, error in (("fit, LOO", body.error), ("roofline", report.roofline_errors.get(recipe))):
-            if error is None:
-                errors.add_row(recipe, label, str(len(body.points)), "-", "-", "-")
-                continue
-            errors.add_row(
-                recipe,
-                label,
-                str(error.n),
-                _percent(error.median_relative_error),
-                _percent(error.worst_relative_error),
-                _percent(error.sign_accuracy),
-            )
+            errors.add_row(*_error_row(recipe, label, error, len(body.points)))
     grouped = profile.grouped
     if grouped is not None:
-        error = grouped.error
-        label = f"grouped {grouped.recipe}"
-        if error is None:
-            errors.add_row(label, "fit, LOO", str(len(grouped.points)), "-", "-", "-")
-        else:
-            errors.add_row(
-                label,
-                "fit, LOO",
-                str(error.n),
-                _percent(error.median_relative_error),
-                _percent(error.worst_relative_error),
-                _percent(error.sign_accuracy),
-            )
-    console.print(errors)
-    if grouped is not None:
-        speedups = [point.speedup for point in grouped.points]
-        console.print(
-            f"grouped expert GEMMs: {len(grouped.points)} measured (E, M per expert, K, N) point(s), "
-            f"speedup {min(speedups):.2f}x to {max(speedups):.2f}x"
+        errors.add_row(
+            *_error_row(f"grouped {grouped.recipe}", "fit, LOO", grouped.error, len(grouped.points))
         )
+    return errors
 
-    for recipe, rows in report.thresholds.items():
-        table = Table(
-            title=f"{recipe}: where float8 pays (speedup > 1), per M, against torchao's auto filter",
-            title_justify="left",
+
+def _error_row(name: str, label: str, error, points: int) -> list[str]:
+    """One row of the error table; '-' for the figures of a predictor without an error (`points` points)."""
+    if error is None:
+        return [name, label, str(points), "-", "-", "-"]
+    return [
+        name,
+        label,
+        str(error.n),
+        _percent(error.median_relative_error),
+        _percent(error.worst_relative_error),
+        _percent(error.sign_accuracy),
+    ]
+
+
+def _threshold_table(recipe: str, rows) -> Table:
+    """Per M, how many cells float8 pays in, the fitted rule and its agreement, against torchao's filter."""
+    table = Table(
+        title=f"{recipe}: where float8 pays (speedup > 1), per M, against torchao's auto filter",
+        title_justify="left",
+    )
+    table.add_column("M", justify="right", no_wrap=True)
+    table.add_column("pays", justify="right", no_wrap=True)
+    table.add_column("convert when", no_wrap=True)
+    table.add_column("agrees", justify="right", no_wrap=True)
+    table.add_column("torchao auto filter agrees", justify="right")
+    for row in rows:
+        torchao = "n/a (no rule)" if row.torchao_agreement is None else f"{row.torchao_agreement}/{row.cells}"
+        style = (
+            "" if row.torchao_agreement is None or row.torchao_agreement >= row.rule_agreement else "yellow"
         )
-        table.add_column("M", justify="right", no_wrap=True)
-        table.add_column("pays", justify="right", no_wrap=True)
-        table.add_column("convert when", no_wrap=True)
-        table.add_column("agrees", justify="right", no_wrap=True)
-        table.add_column("torchao auto filter agrees", justify="right")
-        for row in rows:
-            torchao = (
-                "n/a (no rule)" if row.torchao_agreement is None else f"{row.torchao_agreement}/{row.cells}"
-            )
-            style = (
-                ""
-                if row.torchao_agreement is None or row.torchao_agreement >= row.rule_agreement
-                else "yellow"
-            )
-            table.add_row(
-                str(row.M),
-                f"{row.paying}/{row.cells}",
-                row.rule_text,
-                f"{row.rule_agreement}/{row.cells}",
-                f"[{style}]{torchao}[/{style}]" if style else torchao,
-            )
-        console.print(table)
-
-    path = save_profile(profile, destination)
-    console.print(f"wrote {path}")
+        table.add_row(
+            str(row.M),
+            f"{row.paying}/{row.cells}",
+            row.rule_text,
+            f"{row.rule_agreement}/{row.cells}",
+            f"[{style}]{torchao}[/{style}]" if style else torchao,
+        )
+    return table

@@ -11,15 +11,9 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from fp8advisor.cli.common import command, console, state
-from fp8advisor.inspect.layers import (
-    ExpertGroup,
-    GemmLayer,
-    LayerStatus,
-    ModelLayers,
-    block_shape,
-    fold_repeated,
-)
+from fp8advisor.cli.application import command, console, state
+from fp8advisor.inspect.folding import block_shape, fold_repeated
+from fp8advisor.inspect.records import ExpertGroup, GemmLayer, LayerStatus, ModelLayers
 from fp8advisor.request import DEFAULT_BATCH, DEFAULT_SEQ
 
 _STATUS_STYLE = {

@@ -10,7 +10,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from fp8advisor.cli.common import command, console, err_console
+from fp8advisor.cli.application import command, console, err_console
 from fp8advisor.frameworks.formats import FILTER_FQNS_MEANING
 from fp8advisor.recipes import parse_recipe
 from fp8advisor.request import AUTO, DEFAULT_BATCH, DEFAULT_MIN_SPEEDUP, DEFAULT_SEQ
@@ -109,7 +109,8 @@ def verify_command(
     """
     if recipe is not None and recipe != AUTO:
         parse_recipe(recipe)  # a clear error before the model is built
-    from fp8advisor.verification.verifier import advice_settings, verify
+    from fp8advisor.verification.settings import advice_settings
+    from fp8advisor.verification.verifier import verify
 
     request, from_header, disagreement = advice_settings(
         config,
@@ -144,7 +145,7 @@ def _db(value: float | None) -> str:
 
 def _group(report) -> list[tuple[str, int, object]]:
     """Fold rows that read the same (repeated blocks) into one: (pattern, count, members)."""
-    from fp8advisor.inspect.layers import fold_repeated
+    from fp8advisor.inspect.folding import fold_repeated
 
     def same(layer) -> tuple:
         return (
@@ -184,18 +185,58 @@ def _print_experts(report) -> None:
 
 
 def _print_report(report, settings, from_header: tuple[str, ...]) -> None:
-    from fp8advisor.verification.verifier import experts_summary
-
+    """The config against the advice: what each says and how the run went, a row per layer (repeated blocks
+    folded), the experts, and the verdict with the differences."""
     config = report.config
-    execution = report.execution
     console.print(
         Text(report.target, style="bold") + Text(f"  with {config.path} ({config.framework.value})"),
         soft_wrap=True,
     )
+    for line in _header_lines(report, settings, from_header):
+        console.print(line, soft_wrap=True)
+    for note in report.notes:
+        console.print(Text(f"note: {note}", style="dim"), soft_wrap=True)
+    console.print(_layer_table(report))
+    _print_experts(report)
+    console.print(
+        Text(
+            "SQNR dB (output/input gradient): each converted layer alone, float8 vs its bf16 twin on the "
+            "same input and gradient (minimum over folded rows); "
+            f"flagged under {report.sqnr_threshold_db:g} dB",
+            style="dim",
+        )
+    )
+    _print_verdict(report)
+
+
+def _header_lines(report, settings, from_header: tuple[str, ...]) -> list[str]:
+    """The config: line (and the size of its filter list), the advice: line, and the run: line (and the
+    whole model's SQNR)."""
+    config = report.config
+    execution = report.execution
     lines = [
         # with FP8 off the recipe is the framework's default, which trains nothing: not worth a word
         f"config:  FP8 {f'on, recipe {report.recipe.value}' if config.enabled else 'OFF'}, "
         f"rule: {config.rule}",
+        _advice_line(report, settings, from_header),
+        f"run:     {execution.device}, {execution.mode}: {execution.why}",
+    ]
+    if execution.model_output_sqnr_db is not None:
+        lines.append(
+            f"         whole-model output SQNR float8 vs bf16: {_db(execution.model_output_sqnr_db)} dB"
+        )
+    if config.enabled and config.framework.uses_substring_filter and config.filter_fqns is not None:
+        from fp8advisor.frameworks.module_rules import AUTO_FILTER_FLAG
+
+        entries = [entry for entry in config.filter_fqns if entry != AUTO_FILTER_FLAG]
+        count = f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}"
+        lines.insert(1, f"         filter_fqns ({count}) {FILTER_FQNS_MEANING}")
+    return lines
+
+
+def _advice_line(report, settings, from_header: tuple[str, ...]) -> str:
+    """What the advice was computed with, and which of its settings came from the config's header."""
+    return (
         f"advice:  profile {report.profile}, batch {report.batch} x seq {report.seq}, "
         f"min speedup {report.min_speedup:g}"
         + (
@@ -214,26 +255,13 @@ def _print_report(report, settings, from_header: tuple[str, ...]) -> None:
             if settings is not None and settings.grouped_profile
             else ""
         )
-        + (
-            f" ({', '.join(n.replace('_', ' ') for n in from_header)} from its header)" if from_header else ""
-        ),
-        f"run:     {execution.device}, {execution.mode}: {execution.why}",
-    ]
-    if execution.model_output_sqnr_db is not None:
-        lines.append(
-            f"         whole-model output SQNR float8 vs bf16: {_db(execution.model_output_sqnr_db)} dB"
-        )
-    if config.enabled and config.framework.uses_substring_filter and config.filter_fqns is not None:
-        from fp8advisor.frameworks.reader import AUTO_FILTER_FLAG
+        + (f" ({', '.join(n.replace('_', ' ') for n in from_header)} from its header)" if from_header else "")
+    )
 
-        entries = [entry for entry in config.filter_fqns if entry != AUTO_FILTER_FLAG]
-        count = f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}"
-        lines.insert(1, f"         filter_fqns ({count}) {FILTER_FQNS_MEANING}")
-    for line in lines:
-        console.print(line, soft_wrap=True)
-    for note in report.notes:
-        console.print(Text(f"note: {note}", style="dim"), soft_wrap=True)
 
+def _layer_table(report) -> Table:
+    """A row per layer (repeated blocks folded): its shape, the config's decision beside the advice's where
+    they differ, the GEMMs that ran per precision, the worst SQNR and what its check found."""
     rows = _group(report)
     table = Table(
         title="Layers (repeated blocks folded)",
@@ -264,16 +292,14 @@ def _print_report(report, settings, from_header: tuple[str, ...]) -> None:
         kinds = ", ".join(dict.fromkeys(_SHORT.get(p.split(":")[0], p.split(":")[0]) for p in layer.problems))
         check = Text("ok", style="green") if layer.ok else Text(kinds, style="red")
         table.add_row(pattern, str(count), f"{layer.K}x{layer.N}", decision, gemms, sqnr, check)
-    console.print(table)
-    _print_experts(report)
-    console.print(
-        Text(
-            "SQNR dB (output/input gradient): each converted layer alone, float8 vs its bf16 twin on the "
-            "same input and gradient (minimum over folded rows); "
-            f"flagged under {report.sqnr_threshold_db:g} dB",
-            style="dim",
-        )
-    )
+    return table
+
+
+def _print_verdict(report) -> None:
+    """PASS, or FAIL with the differences (the first _MAX_LISTED in full)."""
+    from fp8advisor.verification.experts import experts_summary
+
+    config = report.config
     converted, advised = len(report.converted), len(report.advised)
     state_word = "off" if not config.enabled else "on, every layer filtered out"
     if report.passed and not advised:

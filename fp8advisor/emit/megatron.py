@@ -38,11 +38,12 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from fp8advisor.advice.decide import Advice, LayerAdvice, Predictor, decide_layers
+from fp8advisor.advice.linears import Predictor, decide_layers
+from fp8advisor.advice.records import Advice, LayerAdvice
 from fp8advisor.errors import ConfigError
-from fp8advisor.frameworks.filters import dims_divisible_by_16
-from fp8advisor.inspect.layers import GemmLayer, LayerStatus, fold_repeated
-from fp8advisor.recipes import Recipe
+from fp8advisor.inspect.folding import fold_repeated
+from fp8advisor.inspect.records import GemmLayer, LayerStatus
+from fp8advisor.recipes import Recipe, dims_divisible_by_16
 
 #: Where the facts above were read.
 MEGATRON_SOURCE = "NVIDIA/Megatron-LM core_v0.16.0"

@@ -7,9 +7,15 @@ filter (`filters`), and a config file read back as its framework would (`reader.
 
 - `formats`: the format list, shared by the writer (`fp8advisor.emit`), the reader and the simulation, and the
   header a written config carries (`read_header`).
-- `filters`: each framework's conversion rule, torchao's auto filter, and the shortest exact filter list.
-- `filter_eval`: a `module_filter_fn`'s answers, worked out from its source.
-- `reader`: a config FILE -> `FrameworkConfig` (FP8 on?, which recipe, which Linear converts).
+- `filters`: each framework's conversion rule on names and shapes, and torchao's auto filter (simulation).
+- `shortest_filter`: the shortest exact filter list (`FilterList`), found by the set-cover search of
+  `filter_cover`.
+- `reader`: a config FILE -> `FrameworkConfig` (`config_record`: FP8 on?, which recipe, which Linear
+  converts), by the reader of its format: `torchtitan_reader`, `yaml_reader` (NeMo AutoModel, a filter list),
+  `torchao_reader` (torchao, accelerate).
+- `module_rules`: each framework's module filter on a real model, `(module, fqn) -> bool`.
+- `python_file`: a Python config read from its syntax tree, never run; `filter_function`: its module filter,
+  evaluated by `filter_eval` (in the Python subset of `filter_language`) or, trusted, run alone.
 """
 
 from fp8advisor._lazy import lazy_exports
@@ -19,10 +25,10 @@ _EXPORTS = {
     "parse_format": "fp8advisor.frameworks.formats",
     "read_header": "fp8advisor.frameworks.formats",
     "SuggestHeader": "fp8advisor.frameworks.formats",
-    "shortest_exact_filter": "fp8advisor.frameworks.filters",
+    "shortest_exact_filter": "fp8advisor.frameworks.shortest_filter",
     "auto_filter_keeps": "fp8advisor.frameworks.filters",
     "read_config": "fp8advisor.frameworks.reader",
-    "FrameworkConfig": "fp8advisor.frameworks.reader",
+    "FrameworkConfig": "fp8advisor.frameworks.config_record",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

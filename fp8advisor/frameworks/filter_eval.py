@@ -5,32 +5,18 @@
 body, its default arguments, a lambda. So by default nothing of the file runs: `FilterEvaluator` reads the
 function's syntax tree and evaluates it itself, on the few constructs real filter functions are made of, and
 refuses any other construct with a ConfigError naming it and its line. `verify --trust-config` runs the
-function instead (`fp8advisor.frameworks.reader`).
+function instead (`fp8advisor.frameworks.filter_function`).
 
-What is evaluated:
-
-- names: the function's arguments (the module and its FQN), its locals (`name = ...`, `for name in ...`),
-  and module-level constants of the same file that are literals (strings, numbers, lists, tuples and sets of
-  them, `frozenset({...})`), assigned once and never changed;
-- statements: `return`, `if`/`elif`/`else`, `for NAME in ...` with `break`/`continue`, `name = ...`, `pass`,
-  a docstring;
-- expressions: literals; `and`, `or`, `not`, `x if c else y`; comparisons (`==`, `<`, `in`, `not in`,
-  `is None`, ...); `+ - * / // %` on numbers and `+` on strings; subscripts and slices of strings and tuples;
-  list, tuple and set displays and comprehensions; the builtins `any`, `all`, `len`, `min`, `max`, `sorted`,
-  `bool`, `set`, `frozenset`, `tuple`, `list`; `isinstance(module, nn.Linear)` (or `torch.nn.Linear`, as the
-  file imports it); `module.in_features`, `module.out_features`, `module.bias`, `module.weight.shape`; the
-  string methods `startswith`, `endswith`, `split`, `rsplit`, `lower`, `upper`, `strip`.
+What is evaluated, and the words for what is refused, are in `fp8advisor.frameworks.filter_language`.
 
 Values stay plain (strings, numbers, tuples, sets, `torch.Size`, None); the module and its weight are read
-only through the attributes above. Nothing the file defines is called, and every loop runs over a finite
-literal or a string, so an evaluation always ends.
+only through the attributes listed there. Nothing the file defines is called, and every loop runs over a
+finite literal or a string, so an evaluation always ends.
 """
 
 from __future__ import annotations
 
 import ast
-import operator
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,130 +24,50 @@ import torch
 from torch import nn
 
 from fp8advisor.errors import ConfigError
-
-#: The classes a filter may test with isinstance, by the dotted name the file's imports give them.
-_CLASSES: dict[str, type] = {
-    "torch.nn.Linear": nn.Linear,
-    "torch.nn.modules.linear.Linear": nn.Linear,
-    "torch.nn.Module": nn.Module,
-}
-#: Attributes read on the module (an nn.Module) and on its weight (a tensor).
-_MODULE_ATTRIBUTES = frozenset({"in_features", "out_features", "weight", "bias"})
-_TENSOR_ATTRIBUTES = frozenset({"shape"})
-#: Methods called on a string value (never on anything else).
-_STRING_METHODS = frozenset({"startswith", "endswith", "split", "rsplit", "lower", "upper", "strip"})
-#: The builtins a filter may call; each is given plain values only.
-_BUILTINS: dict[str, Callable] = {
-    "any": any,
-    "all": all,
-    "len": len,
-    "min": min,
-    "max": max,
-    "sorted": sorted,
-    "bool": bool,
-    "set": set,
-    "frozenset": frozenset,
-    "tuple": tuple,
-    "list": list,
-}
-#: Types of the values the evaluator computes with (torch.Size: `module.weight.shape`).
-_PLAIN_TYPES = (str, int, float, bool, type(None), tuple, list, set, frozenset, torch.Size)
-_NUMBER_TYPES = (int, float)  # bool is an int, as in Python
-
-_COMPARE: dict[type, Callable[[Any, Any], bool]] = {
-    ast.Eq: operator.eq,
-    ast.NotEq: operator.ne,
-    ast.Lt: operator.lt,
-    ast.LtE: operator.le,
-    ast.Gt: operator.gt,
-    ast.GtE: operator.ge,
-    ast.In: lambda a, b: a in b,
-    ast.NotIn: lambda a, b: a not in b,
-    ast.Is: operator.is_,
-    ast.IsNot: operator.is_not,
-}
-_ARITHMETIC: dict[type, Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-}
-#: Methods that change a list or set in place: a constant they are called on is not a constant.
-_MUTATING_METHODS = frozenset(
-    {"append", "extend", "insert", "remove", "pop", "clear", "add", "discard", "update", "sort", "reverse"}
+from fp8advisor.frameworks.filter_language import (
+    ARITHMETIC,
+    BUILTIN_FUNCTIONS,
+    COMPARISONS,
+    ISINSTANCE_CLASSES,
+    MODULE_ATTRIBUTES,
+    NUMBER_TYPES,
+    PLAIN_TYPES,
+    STRING_METHODS,
+    TENSOR_ATTRIBUTES,
+    Function,
+    Refused,
+    describe,
+    snippet,
 )
-#: Words for the constructs the evaluator refuses, by syntax node type.
-_CONSTRUCT_WORDS: dict[type, str] = {
-    ast.While: "a while loop",
-    ast.Try: "a try statement",
-    ast.With: "a with statement",
-    ast.Raise: "a raise statement",
-    ast.Assert: "an assert statement",
-    ast.Import: "an import",
-    ast.ImportFrom: "an import",
-    ast.Global: "a global statement",
-    ast.Nonlocal: "a nonlocal statement",
-    ast.Delete: "a del statement",
-    ast.AugAssign: "an augmented assignment",
-    ast.FunctionDef: "a nested function",
-    ast.AsyncFunctionDef: "a nested function",
-    ast.ClassDef: "a class definition",
-    ast.Lambda: "a lambda inside the filter",
-    ast.JoinedStr: "an f-string",
-    ast.Dict: "a dict",
-    ast.DictComp: "a dict comprehension",
-    ast.NamedExpr: "an assignment expression",
-    ast.Starred: "a starred expression",
-    ast.Await: "an await",
-    ast.Yield: "a yield",
-    ast.YieldFrom: "a yield",
-    ast.Expr: "an expression statement",
-}
-
-Function = ast.FunctionDef | ast.Lambda
-
-
-class _Refused(Exception):
-    """A construct the evaluator does not evaluate (becomes the ConfigError that names --trust-config)."""
-
-    def __init__(self, node: ast.AST, what: str):
-        super().__init__(what)
-        self.node = node
-        self.what = what
+from fp8advisor.frameworks.python_file import (
+    NOT_LITERAL,
+    changed_at,
+    import_origin,
+    literal_value,
+    module_bindings,
+)
 
 
 class _Return(Exception):
+    """A `return` on its way out of the statements being run."""
+
     def __init__(self, value: Any):
         self.value = value
 
 
 class _Break(Exception):
-    pass
+    """A `break` on its way out of the loop body."""
 
 
 class _Continue(Exception):
-    pass
-
-
-def _snippet(node: ast.AST) -> str:
-    text = " ".join(ast.unparse(node).split())
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _describe(node: ast.AST) -> str:
-    if isinstance(node, ast.Call):
-        return f"the call `{_snippet(node)}`"
-    words = _CONSTRUCT_WORDS.get(type(node), type(node).__name__)
-    return f"{words} `{_snippet(node)}`"
+    """A `continue` on its way out of the loop body."""
 
 
 class FilterEvaluator:
     """`(module, fqn) -> bool` of a filter function (`def` or `lambda`), evaluated from its syntax tree.
 
     Construction checks the whole function and evaluates its default arguments: a construct outside the list
-    in the module docstring raises ConfigError there, before any model is built. A call that fails on a
+    in `filter_language` raises ConfigError there, before any model is built. A call that fails on a
     particular module (an index out of range, a comparison of a module with a string) raises ConfigError
     naming that module's FQN.
     """
@@ -169,7 +75,7 @@ class FilterEvaluator:
     def __init__(self, function: Function, tree: ast.Module, path: Path):
         self.function = function
         self.path = path
-        self._module_names = _module_bindings(tree)
+        self._module_names = module_bindings(tree)
         self._tree = tree
         self._constants: dict[str, Any] = {}
         self._classes: dict[str, type] = {}  # dotted name in the file -> class, for isinstance
@@ -179,7 +85,7 @@ class FilterEvaluator:
             for statement in self._body(function):
                 self._check(statement, frozenset(self._parameters) | self._locals)
             self._defaults = [self._plain(self._evaluate(d, {}), d) for d in defaults]
-        except _Refused as refused:
+        except Refused as refused:
             raise self._error(refused) from None
 
     # --- the answer -------------------------------------------------------------------------------------
@@ -194,10 +100,10 @@ class FilterEvaluator:
             else:
                 result = self._run_block(self.function.body, scope)
             return self._truth(result, self.function)
-        except _Refused as refused:
+        except Refused as refused:
             raise self._error(refused, fqn) from None
         except (_Break, _Continue):  # pragma: no cover - `_check` allows them inside a loop only
-            raise self._error(_Refused(self.function, "break or continue outside a loop"), fqn) from None
+            raise self._error(Refused(self.function, "break or continue outside a loop"), fqn) from None
         except Exception as error:
             raise ConfigError(
                 f"the filter function raised on {fqn!r}: {type(error).__name__}: {error}",
@@ -206,7 +112,7 @@ class FilterEvaluator:
                 "nn.Linear's in_features, out_features and weight.shape",
             ) from None
 
-    def _error(self, refused: _Refused, fqn: str | None = None) -> ConfigError:
+    def _error(self, refused: Refused, fqn: str | None = None) -> ConfigError:
         on = f" (on {fqn!r})" if fqn is not None else ""
         return ConfigError(
             f"cannot evaluate {refused.what} in the filter function{on} without running the file's code: "
@@ -224,13 +130,13 @@ class FilterEvaluator:
         arguments = function.args
         if isinstance(function, ast.FunctionDef) and function.decorator_list:
             decorator = function.decorator_list[0]
-            raise _Refused(decorator, f"the decorator `@{_snippet(decorator)}`")
+            raise Refused(decorator, f"the decorator `@{snippet(decorator)}`")
         if arguments.vararg or arguments.kwarg or arguments.kwonlyargs:
-            raise _Refused(function, "a *args, **kwargs or keyword-only parameter")
+            raise Refused(function, "a *args, **kwargs or keyword-only parameter")
         parameters = [argument.arg for argument in (*arguments.posonlyargs, *arguments.args)]
         required = len(parameters) - len(arguments.defaults)
         if required > 2 or len(parameters) < 2:
-            raise _Refused(
+            raise Refused(
                 function,
                 f"a filter of {len(parameters)} parameters ({required} required): the framework "
                 "passes two, the module and its FQN",
@@ -244,6 +150,14 @@ class FilterEvaluator:
 
     def _check(self, node: ast.AST, bound: frozenset[str], in_loop: bool = False) -> None:
         """Refuse `node` unless every construct in it is one the evaluator evaluates."""
+        if isinstance(node, ast.stmt):
+            self._check_statement(node, bound, in_loop)
+        else:
+            self._check_expression(node, bound)
+
+    def _check_statement(self, node: ast.stmt, bound: frozenset[str], in_loop: bool) -> None:
+        """A statement of the body: `return`, `if`, `for`, `break`/`continue` (in a loop), `pass`, one-name
+        assignments, a docstring."""
         check = self._check
         if isinstance(node, ast.Return):
             if node.value is not None:
@@ -254,35 +168,42 @@ class FilterEvaluator:
                 check(statement, bound, in_loop)
         elif isinstance(node, ast.For):
             if not isinstance(node.target, ast.Name):
-                raise _Refused(node, f"the loop target `{_snippet(node.target)}` (write a single name)")
+                raise Refused(node, f"the loop target `{snippet(node.target)}` (write a single name)")
             check(node.iter, bound)
             for statement in (*node.body, *node.orelse):
                 check(statement, bound, in_loop=True)
         elif isinstance(node, (ast.Break, ast.Continue)):
             if not in_loop:
-                raise _Refused(node, "break or continue outside a loop")
+                raise Refused(node, "break or continue outside a loop")
         elif isinstance(node, ast.Pass):
             pass
         elif isinstance(node, ast.Assign):
             if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
-                raise _Refused(node, f"the assignment `{_snippet(node)}` (assign one name)")
+                raise Refused(node, f"the assignment `{snippet(node)}` (assign one name)")
             check(node.value, bound)
         elif isinstance(node, ast.AnnAssign):
             if not isinstance(node.target, ast.Name) or node.value is None:
-                raise _Refused(node, f"the assignment `{_snippet(node)}` (assign one name)")
+                raise Refused(node, f"the assignment `{snippet(node)}` (assign one name)")
             check(node.value, bound)
         elif isinstance(node, ast.Expr):
             if not isinstance(node.value, ast.Constant):  # a call for its effect: nothing a filter needs
-                raise _Refused(node, _describe(node.value))
+                raise Refused(node, describe(node.value))
             # a docstring, or a bare literal: nothing to evaluate
-        elif isinstance(node, ast.Constant):
+        else:
+            raise Refused(node, describe(node))
+
+    def _check_expression(self, node: ast.AST, bound: frozenset[str]) -> None:
+        """An expression: literals, names, the module's attributes, calls, operators, displays, subscripts
+        and comprehensions."""
+        check = self._check
+        if isinstance(node, ast.Constant):
             if not isinstance(node.value, (str, int, float, bool, type(None))):
-                raise _Refused(node, f"the literal `{_snippet(node)}`")
+                raise Refused(node, f"the literal `{snippet(node)}`")
         elif isinstance(node, ast.Name):
             self._check_name(node, bound)
         elif isinstance(node, ast.Attribute):
-            if node.attr not in _MODULE_ATTRIBUTES | _TENSOR_ATTRIBUTES:
-                raise _Refused(node, f"the attribute `{_snippet(node)}`")
+            if node.attr not in MODULE_ATTRIBUTES | TENSOR_ATTRIBUTES:
+                raise Refused(node, f"the attribute `{snippet(node)}`")
             check(node.value, bound)
         elif isinstance(node, ast.Call):
             self._check_call(node, bound)
@@ -291,11 +212,11 @@ class FilterEvaluator:
                 check(value, bound)
         elif isinstance(node, ast.UnaryOp):
             if not isinstance(node.op, (ast.Not, ast.USub, ast.UAdd)):
-                raise _Refused(node, f"the operator in `{_snippet(node)}`")
+                raise Refused(node, f"the operator in `{snippet(node)}`")
             check(node.operand, bound)
         elif isinstance(node, ast.BinOp):
-            if type(node.op) not in _ARITHMETIC:
-                raise _Refused(node, f"the operator in `{_snippet(node)}`")
+            if type(node.op) not in ARITHMETIC:
+                raise Refused(node, f"the operator in `{snippet(node)}`")
             check(node.left, bound)
             check(node.right, bound)
         elif isinstance(node, ast.Compare):
@@ -315,18 +236,25 @@ class FilterEvaluator:
                 if part is not None:
                     check(part, bound)
         elif isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
-            inner = bound
-            for generator in node.generators:
-                if generator.is_async or not isinstance(generator.target, ast.Name):
-                    target = generator.target
-                    raise _Refused(target, f"the comprehension target `{_snippet(target)}`")
-                check(generator.iter, inner)
-                inner = inner | {generator.target.id}
-                for condition in generator.ifs:
-                    check(condition, inner)
-            check(node.elt, inner)
+            self._check_comprehension(node, bound)
         else:
-            raise _Refused(node, _describe(node))
+            raise Refused(node, describe(node))
+
+    def _check_comprehension(
+        self, node: ast.GeneratorExp | ast.ListComp | ast.SetComp, bound: frozenset[str]
+    ) -> None:
+        """One name per `for`, bound in the conditions and comprehensions after it and in the element."""
+        check = self._check
+        inner = bound
+        for generator in node.generators:
+            if generator.is_async or not isinstance(generator.target, ast.Name):
+                target = generator.target
+                raise Refused(target, f"the comprehension target `{snippet(target)}`")
+            check(generator.iter, inner)
+            inner = inner | {generator.target.id}
+            for condition in generator.ifs:
+                check(condition, inner)
+        check(node.elt, inner)
 
     def _check_name(self, node: ast.Name, bound: frozenset[str]) -> None:
         """A local, or a module-level literal constant (its value is read now, once)."""
@@ -335,21 +263,21 @@ class FilterEvaluator:
             return
         bindings = self._module_names.get(name, [])
         if not bindings:
-            raise _Refused(node, f"the name `{name}` (not an argument, a local or a constant of the file)")
+            raise Refused(node, f"the name `{name}` (not an argument, a local or a constant of the file)")
         # Before the bindings are counted: `SKIP[0] = ...` and `for SKIP[0] in ...` name SKIP as a target,
         # but change it in place rather than bind it again.
-        changed = _changed_at(self._tree, name)
+        changed = changed_at(self._tree, name)
         if changed is not None:
-            raise _Refused(changed, f"a change of the constant `{name}` (`{_snippet(changed)}`)")
+            raise Refused(changed, f"a change of the constant `{name}` (`{snippet(changed)}`)")
         statement = bindings[-1]
         if len(bindings) > 1 or not isinstance(statement, (ast.Assign, ast.AnnAssign)):
-            raise _Refused(
+            raise Refused(
                 node, f"the name `{name}` (bound at line {statement.lineno}, not a literal constant)"
             )
         value = literal_value(statement.value)
         if value is NOT_LITERAL:
             raise ConfigError(
-                f"the filter uses {name}, which is not a literal constant: {_snippet(statement.value)}",
+                f"the filter uses {name}, which is not a literal constant: {snippet(statement.value)}",
                 location=f"{self.path}:{statement.lineno}",
                 hint="write the constant as a literal (a set, list or tuple of strings) so it can be read "
                 "alone, or pass --trust-config to run the filter",
@@ -358,7 +286,7 @@ class FilterEvaluator:
 
     def _check_call(self, node: ast.Call, bound: frozenset[str]) -> None:
         if node.keywords or any(isinstance(argument, ast.Starred) for argument in node.args):
-            raise _Refused(node, _describe(node))
+            raise Refused(node, describe(node))
         function = node.func
         builtin = (
             function.id if isinstance(function, ast.Name) and self._is_builtin(function.id, bound) else None
@@ -369,10 +297,10 @@ class FilterEvaluator:
             for reference in classes.elts if isinstance(classes, ast.Tuple) else [classes]:
                 self._check_class(reference)
             return
-        if isinstance(function, ast.Attribute) and function.attr in _STRING_METHODS:
+        if isinstance(function, ast.Attribute) and function.attr in STRING_METHODS:
             self._check(function.value, bound)
-        elif builtin not in _BUILTINS:
-            raise _Refused(node, _describe(node))
+        elif builtin not in BUILTIN_FUNCTIONS:
+            raise Refused(node, describe(node))
         for argument in node.args:
             self._check(argument, bound)
 
@@ -390,17 +318,17 @@ class FilterEvaluator:
         origin = None
         if isinstance(node, ast.Name):
             bindings = self._module_names.get(node.id, [])
-            origins = {_import_origin(statement, node.id) for statement in bindings}
+            origins = {import_origin(statement, node.id) for statement in bindings}
             if len(origins) == 1:
                 origin = origins.pop()
         dotted = ".".join([origin, *parts]) if origin else None
-        if dotted not in _CLASSES:
-            raise _Refused(
+        if dotted not in ISINSTANCE_CLASSES:
+            raise Refused(
                 reference,
-                f"the class `{_snippet(reference)}` (isinstance is evaluated for torch.nn.Linear and "
+                f"the class `{snippet(reference)}` (isinstance is evaluated for torch.nn.Linear and "
                 "torch.nn.Module, as the file imports them)",
             )
-        self._classes[ast.unparse(reference)] = _CLASSES[dotted]
+        self._classes[ast.unparse(reference)] = ISINSTANCE_CLASSES[dotted]
 
     # --- evaluating -------------------------------------------------------------------------------------
 
@@ -448,7 +376,7 @@ class FilterEvaluator:
         elif isinstance(node, (ast.Pass, ast.Expr)):
             pass  # `_check` let through only docstrings and bare literals
         else:  # pragma: no cover - `_check` refused it
-            raise _Refused(node, _describe(node))
+            raise Refused(node, describe(node))
 
     def _evaluate(self, node: ast.expr, scope: dict[str, Any]) -> Any:
         evaluate = self._evaluate
@@ -462,11 +390,11 @@ class FilterEvaluator:
             return self._constants[node.id]
         if isinstance(node, ast.Attribute):
             receiver = evaluate(node.value, scope)
-            if node.attr in _MODULE_ATTRIBUTES and isinstance(receiver, nn.Module):
+            if node.attr in MODULE_ATTRIBUTES and isinstance(receiver, nn.Module):
                 return getattr(receiver, node.attr)
-            if node.attr in _TENSOR_ATTRIBUTES and isinstance(receiver, torch.Tensor):
+            if node.attr in TENSOR_ATTRIBUTES and isinstance(receiver, torch.Tensor):
                 return getattr(receiver, node.attr)
-            raise _Refused(node, f"`{_snippet(node)}` on a {type(receiver).__name__}")
+            raise Refused(node, f"`{snippet(node)}` on a {type(receiver).__name__}")
         if isinstance(node, ast.BoolOp):
             is_and = isinstance(node.op, ast.And)
             value = None
@@ -487,7 +415,7 @@ class FilterEvaluator:
             if not strings:
                 self._number(left, node.left)
                 self._number(right, node.right)
-            return _ARITHMETIC[type(node.op)](left, right)
+            return ARITHMETIC[type(node.op)](left, right)
         if isinstance(node, ast.Compare):
             left = evaluate(node.left, scope)
             for op, comparator in zip(node.ops, node.comparators, strict=True):
@@ -495,7 +423,7 @@ class FilterEvaluator:
                 if not isinstance(op, (ast.Is, ast.IsNot)):
                     self._plain(left, node.left)
                     self._plain(right, comparator)
-                if not _COMPARE[type(op)](left, right):
+                if not COMPARISONS[type(op)](left, right):
                     return False
                 left = right
             return True
@@ -508,17 +436,17 @@ class FilterEvaluator:
         if isinstance(node, ast.Subscript):
             container = evaluate(node.value, scope)
             if not isinstance(container, (str, tuple, list)):
-                raise _Refused(node, f"`{_snippet(node)}` on a {type(container).__name__}")
+                raise Refused(node, f"`{snippet(node)}` on a {type(container).__name__}")
             index = evaluate(node.slice, scope)
             if not isinstance(index, (int, slice)):
-                raise _Refused(node.slice, f"the index `{_snippet(node.slice)}`")
+                raise Refused(node.slice, f"the index `{snippet(node.slice)}`")
             return container[index]
         if isinstance(node, ast.Slice):
             bounds = []
             for part in (node.lower, node.upper, node.step):
                 value = None if part is None else evaluate(part, scope)
                 if value is not None and not isinstance(value, int):
-                    raise _Refused(part, f"the slice bound `{_snippet(part)}`")
+                    raise Refused(part, f"the slice bound `{snippet(part)}`")
                 bounds.append(value)
             return slice(*bounds)
         if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
@@ -526,7 +454,7 @@ class FilterEvaluator:
             return set(values) if isinstance(node, ast.SetComp) else values
         if isinstance(node, ast.Call):
             return self._call(node, scope)
-        raise _Refused(node, _describe(node))  # pragma: no cover - `_check` refused it
+        raise Refused(node, describe(node))  # pragma: no cover - `_check` refused it
 
     def _comprehension(self, node, generators: list[ast.comprehension], scope: dict[str, Any]) -> list:
         if not generators:
@@ -545,7 +473,7 @@ class FilterEvaluator:
         if isinstance(function, ast.Attribute):  # a string method
             receiver = self._evaluate(function.value, scope)
             if not isinstance(receiver, str):
-                raise _Refused(node, f"`.{function.attr}()` on a {type(receiver).__name__}")
+                raise Refused(node, f"`.{function.attr}()` on a {type(receiver).__name__}")
             arguments = [self._plain(self._evaluate(a, scope), a) for a in node.args]
             return getattr(receiver, function.attr)(*arguments)
         assert isinstance(function, ast.Name)
@@ -554,113 +482,30 @@ class FilterEvaluator:
             references = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
             return isinstance(value, tuple(self._classes[ast.unparse(r)] for r in references))
         arguments = [self._plain(self._evaluate(a, scope), a) for a in node.args]
-        return _BUILTINS[function.id](*arguments)
+        return BUILTIN_FUNCTIONS[function.id](*arguments)
 
     # --- what values may do -----------------------------------------------------------------------------
 
     def _plain(self, value: Any, node: ast.AST) -> Any:
-        if not isinstance(value, _PLAIN_TYPES):
-            raise _Refused(node, f"`{_snippet(node)}`, a {type(value).__name__} used as a value")
+        if not isinstance(value, PLAIN_TYPES):
+            raise Refused(node, f"`{snippet(node)}`, a {type(value).__name__} used as a value")
         return value
 
     def _number(self, value: Any, node: ast.AST) -> None:
-        if not isinstance(value, _NUMBER_TYPES):
-            raise _Refused(node, f"arithmetic on `{_snippet(node)}`, a {type(value).__name__}")
+        if not isinstance(value, NUMBER_TYPES):
+            raise Refused(node, f"arithmetic on `{snippet(node)}`, a {type(value).__name__}")
 
     def _truth(self, value: Any, node: ast.AST) -> bool:
         return bool(self._plain(value, node))
 
     def _iterable(self, value: Any, node: ast.AST) -> Any:
         if not isinstance(value, (str, tuple, list, set, frozenset)):
-            raise _Refused(node, f"a loop over `{_snippet(node)}`, a {type(value).__name__}")
+            raise Refused(node, f"a loop over `{snippet(node)}`, a {type(value).__name__}")
         return value
 
 
 # ----------------------------------------------------------------------------------------------------
-# The file around the function
-
-
-#: What `literal_value` answers for an expression that is not a literal.
-NOT_LITERAL = object()
-
-
-def literal_value(node: ast.expr) -> Any:
-    """A literal, or set()/frozenset()/tuple()/list() of a literal; `NOT_LITERAL` otherwise."""
-    try:
-        return ast.literal_eval(node)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        pass
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id in ("set", "frozenset", "tuple", "list")
-        and len(node.args) <= 1
-        and not node.keywords
-    ):
-        try:
-            inner = ast.literal_eval(node.args[0]) if node.args else ()
-        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-            return NOT_LITERAL
-        return {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list}[node.func.id](inner)
-    return NOT_LITERAL
-
-
-def _module_bindings(tree: ast.Module) -> dict[str, list[ast.stmt]]:
-    """Each name bound by a module-level statement, with the statements that bind it (in file order)."""
-    found: dict[str, list[ast.stmt]] = {}
-
-    def bind(name: str, statement: ast.stmt) -> None:
-        found.setdefault(name, []).append(statement)
-
-    for statement in tree.body:
-        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bind(statement.name, statement)
-        elif isinstance(statement, (ast.Import, ast.ImportFrom)):
-            for alias in statement.names:
-                bind((alias.asname or alias.name).split(".")[0], statement)
-        else:
-            targets: list[ast.AST] = []
-            if isinstance(statement, ast.Assign):
-                targets = list(statement.targets)
-            elif isinstance(statement, (ast.AnnAssign, ast.AugAssign)):
-                targets = [statement.target]
-            elif isinstance(statement, (ast.For, ast.AsyncFor)):
-                targets = [statement.target]
-            elif isinstance(statement, (ast.With, ast.AsyncWith)):
-                targets = [item.optional_vars for item in statement.items if item.optional_vars]
-            for target in targets:
-                for node in ast.walk(target):
-                    if isinstance(node, ast.Name):
-                        bind(node.id, statement)
-            # Names bound inside module-level if / try / while blocks: bound, but not as a plain constant.
-            if not isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-                for node in ast.walk(statement):
-                    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                        bind(node.id, statement)
-                    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                        bind(node.name, statement)
-                    elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                        for alias in node.names:
-                            bind((alias.asname or alias.name).split(".")[0], statement)
-    for names in found.values():  # a statement that binds a name twice (a, a = ...) counts once
-        names[:] = list(dict.fromkeys(names))
-    return found
-
-
-def _import_origin(statement: ast.stmt, name: str) -> str | None:
-    """The dotted module path `name` stands for when `statement` imports it ("torch.nn" for `from torch
-    import nn`), None when the statement is no plain import of it."""
-    if isinstance(statement, ast.Import):
-        for alias in statement.names:
-            if alias.asname == name:
-                return alias.name
-            if alias.asname is None and alias.name.split(".")[0] == name:
-                return name
-    elif isinstance(statement, ast.ImportFrom) and statement.level == 0 and statement.module:
-        for alias in statement.names:
-            if (alias.asname or alias.name) == name:
-                return f"{statement.module}.{alias.name}"
-    return None
+# The function's own names
 
 
 def _assigned_names(function: Function) -> frozenset[str]:
@@ -684,25 +529,4 @@ def _assigned_names(function: Function) -> frozenset[str]:
     return frozenset(names)
 
 
-def _changed_at(tree: ast.Module, name: str) -> ast.AST | None:
-    """A statement anywhere in the file that changes the list or set `name` in place, or makes it global."""
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in _MUTATING_METHODS
-            and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == name
-        ):
-            return node
-        if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            if isinstance(node.value, ast.Name) and node.value.id == name:
-                return node
-        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
-            return node
-        if isinstance(node, ast.Global) and name in node.names:
-            return node
-    return None
-
-
-__all__ = ["FilterEvaluator", "NOT_LITERAL", "literal_value"]
+__all__ = ["FilterEvaluator"]

@@ -1,7 +1,7 @@
 """The training frameworks' float8 configs: one name for each, shared by the writer, the reader and the
 simulation.
 
-`suggest --format` writes them (`fp8advisor.emit.writer`), `verify --config` reads them
+`suggest --format` writes them (`fp8advisor.emit`), `verify --config` reads them
 (`fp8advisor.frameworks.reader`), and `fp8advisor.frameworks.filters` simulates which Linear layers each
 converts. All three import `ConfigFormat` from here, so that the reader does not depend on the writer. One
 member, `torchao-auto`, is a rule and not a file: torchao's `_auto_filter_for_recipe`, which torchtitan
@@ -17,7 +17,7 @@ from enum import Enum
 
 from fp8advisor.errors import ConfigError, quote
 from fp8advisor.files import GENERATED_MARK
-from fp8advisor.inspect.layers import ExpertForm
+from fp8advisor.inspect.records import ExpertForm
 from fp8advisor.request import OPTIONS, SuggestRequest
 
 
@@ -163,7 +163,7 @@ def all_or_none_converts(groups, min_speedup: float) -> bool:
     return total is not None and total >= min_speedup
 
 
-#: How the header line holding the regenerate command starts (written by `emit.header_lines`).
+#: How the header line holding the regenerate command starts (written by `emit.header.header_lines`).
 CHECK_PREFIX = "check in CI: "
 
 
@@ -188,7 +188,7 @@ class SuggestHeader:
 
 
 def read_header(text: str) -> SuggestHeader | None:
-    """The settings in the comment header `emit.header_lines` wrote at the top of `text`; None when the text
+    """The settings in the comment header `emit.header` wrote at the top of `text`; None when the text
     has no such header (a hand-written file, a JSON filter list) or it cannot be read. Here, not in `emit`,
     so that the reader does not depend on the writer."""
     lines = []

@@ -7,7 +7,10 @@ the op census of the forward (what the step model prices besides the Linear laye
 - `target`: TARGET -> a built model (`load_model`), through `spec` (the records), `sandbox` (the user's code
   run on the meta device, its exits contained), `inputs` (example inputs), `hf` / `hub` / `titan` (the loaders
   of Hugging Face configs, Hub ids and torchtitan's registry).
-- `layers`: one traced forward -> `ModelLayers` (`inspect_model`); `census`: the op census of that forward.
+- `layers`: one traced forward -> `ModelLayers` (`inspect_model`): `forward` runs it under the GEMM
+  `recorder`, `rows` makes a `GemmLayer` of each layer, `experts` finds the routed experts, `model_config` the
+  longest sequence; `records` holds the results. `census`: the op census of that forward.
+- `folding`: names that differ only in their block indices, folded into one table row.
 - `blocks`: the model's distinct blocks and their inputs, for in-context measurement (`bench --model`).
 """
 
@@ -20,9 +23,9 @@ _EXPORTS = {
     "LoadedModel": "fp8advisor.inspect.spec",
     "inspect_model": "fp8advisor.inspect.layers",
     "inspect_loaded": "fp8advisor.inspect.layers",
-    "ModelLayers": "fp8advisor.inspect.layers",
-    "GemmLayer": "fp8advisor.inspect.layers",
-    "ExpertGroup": "fp8advisor.inspect.layers",
+    "ModelLayers": "fp8advisor.inspect.records",
+    "GemmLayer": "fp8advisor.inspect.records",
+    "ExpertGroup": "fp8advisor.inspect.records",
     "OpCensus": "fp8advisor.inspect.census",
     "discover_blocks": "fp8advisor.inspect.blocks",
 }

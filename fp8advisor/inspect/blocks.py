@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fp8advisor.errors import TargetError
-from fp8advisor.inspect.layers import ModelLayers, fold_repeated, inspect_loaded
+from fp8advisor.inspect.folding import fold_repeated
+from fp8advisor.inspect.layers import inspect_loaded
+from fp8advisor.inspect.records import ModelLayers
 
 #: What a unit is: one of a model's repeated blocks, or a Linear outside them.
 BLOCK, HEAD = "block", "head"

@@ -1,9 +1,9 @@
 """An op census of the traced forward: what the GPU does besides the Linear layers, for a step-time model.
 
-`fp8advisor.inspect.layers` runs one forward of the model on the meta device under a dispatch mode that
-records every GEMM on a parameter. The same trace feeds a `CensusTracer`, which sorts every other op into
-fused attention calls, matmuls of activations and fused regions of memory-bound ops: the `OpCensus`. No second
-forward.
+`fp8advisor.inspect.forward` runs one forward of the model on the meta device under a dispatch mode
+(`fp8advisor.inspect.recorder`) that records every GEMM on a parameter. The same trace feeds a `CensusTracer`,
+which sorts every other op into fused attention calls, matmuls of activations and fused regions of
+memory-bound ops: the `OpCensus`. No second forward.
 
 The census models a bf16 training forward compiled by an idealised torch.compile (inductor). Its assumptions:
 

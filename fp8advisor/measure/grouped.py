@@ -19,11 +19,12 @@ benchmark_scaled_grouped_mm_dq.py`): one grouped GEMM of E experts, forward then
 torchao requires K, N and each group's size to be multiples of 16 (its float8 path runs without padding the
 groups: `pad_token_groups_for_grouped_mm=False`, the config's default), so the grid refuses other sizes.
 
-Each configuration goes through `bench.time_step` on the timers of `fp8advisor.measure.timers`, exactly as a
-Linear point: the compile call (timed, with the cache counters), the SQNR of the float8 output, input gradient
-and weight gradient against eager bf16, warm-up, the memory window, GPU kernel time with the padded profiler,
-peak memory, and wall-clock with do_bench. The sweep itself (order, batches, pre-compiling workers, time
-budget, resume, results files) is `bench.run_sweep` with the `GROUPED` workload. Results rows say
+Each configuration goes through `fp8advisor.measure.protocol.time_step` on the timers of
+`fp8advisor.measure.timers`, exactly as a Linear point: the compile call (timed, with the cache counters), the
+SQNR of the float8 output, input gradient and weight gradient against eager bf16, warm-up, the memory window,
+GPU kernel time with the padded profiler, peak memory, and wall-clock with do_bench. The sweep itself (order,
+batches, pre-compiling workers, time budget, resume, results files) is `fp8advisor.measure.sweep.run_sweep`
+with the `GROUPED` workload (a `GroupedGrid`'s). Results rows (`fp8advisor.measure.sweep.point_record`) say
 `"grouped": true` and carry E, M_per_expert, K, N and the recipe (`rowwise`).
 
 `--emulate` runs the same pipeline on the CPU. `torch._scaled_grouped_mm` and torchao's Triton casts have no
@@ -41,24 +42,22 @@ import dataclasses
 import functools
 import gc
 import itertools
-import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from fp8advisor import compat
 from fp8advisor.errors import AdvisorError
-from fp8advisor.measure import results as results_store
-from fp8advisor.measure.sweep import (
+from fp8advisor.measure.protocol import (
     BenchSettings,
     Measurement,
-    Workload,
-    check_sizes,
+    checked_sqnr,
     compile_module,
     failure_reason,
-    measurement_fields,
     time_step,
 )
+from fp8advisor.measure.results import GROUPED_AXES, GROUPED_WORKLOAD
 from fp8advisor.measure.timers import Timer
+from fp8advisor.measure.workload import Point, ShapeGrid, Workload, check_sizes
 from fp8advisor.recipes import BASELINE, sqnr_db
 
 #: The float8 recipe of torchao's grouped GEMMs: rowwise scales, float8 weight gradient
@@ -111,22 +110,18 @@ EMULATED_METHOD = {
 
 
 @dataclass(frozen=True)
-class GroupedPoint:
+class GroupedPoint(Point):
     """One configuration: E experts, each a (M_per_expert, K) x (K, N) GEMM, in bf16 or float8 rowwise."""
+
+    AXES = GROUPED_AXES
+    LABELS = ("E", "M/expert", "K", "N")
+    GROUPED = True
 
     E: int
     M_per_expert: int
     K: int
     N: int
     recipe: str
-
-    @property
-    def shape(self) -> tuple[int, int, int, int]:
-        return (self.E, self.M_per_expert, self.K, self.N)
-
-    @property
-    def key(self) -> results_store.PointKey:
-        return (*self.shape, self.recipe)
 
     @property
     def rows(self) -> int:
@@ -145,9 +140,6 @@ class GroupedPoint:
         float8_bytes = 0 if self.recipe == BASELINE else 2 * (activations_in + weights + activations_out)
         return bf16_bytes + float8_bytes
 
-    def __str__(self) -> str:
-        return f"E={self.E} M/expert={self.M_per_expert} K={self.K} N={self.N} {self.recipe}"
-
 
 #: Shapes whose weight (E*K*N) or activations (E*M_per_expert*(K+N)) exceed this many elements are left out
 #: of a grid: 2^32 bf16 elements are 8 GiB, and a configuration holds several such tensors (gradients, float8
@@ -163,14 +155,18 @@ def fits(shape: tuple[int, int, int, int]) -> bool:
 
 
 @dataclass(frozen=True)
-class GroupedGrid:
+class GroupedGrid(ShapeGrid):
     """A named set of (E, M_per_expert, K, N) shapes and the recipes measured at each (bf16 first)."""
 
-    name: str
-    shapes: tuple[tuple[int, int, int, int], ...]
+    POINT = GroupedPoint
+
     recipes: tuple[str, ...] = RECIPES
     #: Shapes of the product left out by `fits` (too large for one GPU).
     left_out: tuple[tuple[int, int, int, int], ...] = ()
+
+    @property
+    def workload(self) -> Workload:
+        return GROUPED
 
     @classmethod
     def product(
@@ -191,21 +187,10 @@ class GroupedGrid:
             left_out=tuple(shape for shape in product if not fits(shape)),
         )
 
-    def points(self) -> list[GroupedPoint]:
-        """Shape by shape, bf16 first."""
-        return [GroupedPoint(*shape, recipe) for shape in self.shapes for recipe in self.recipes]
-
-    def axis(self, name: str) -> list[int]:
-        index = results_store.GROUPED_AXES.index(name)
-        return sorted({shape[index] for shape in self.shapes})
-
     def to_json(self) -> dict:
         return {
-            "workload": results_store.GROUPED_WORKLOAD,
-            "name": self.name,
-            **{axis: self.axis(axis) for axis in results_store.GROUPED_AXES},
-            "shapes": [list(shape) for shape in self.shapes],
-            "recipes": list(self.recipes),
+            "workload": GROUPED_WORKLOAD,
+            **super().to_json(),
             "left_out": [list(shape) for shape in self.left_out],
         }
 
@@ -428,7 +413,7 @@ def emulated_float8_grouped_mm() -> Callable:
 
 class GroupedBench:
     """The operands of one (E, M_per_expert, K, N), shared by its configurations, and the per-configuration
-    measurement (`bench.time_step`, as a Linear point)."""
+    measurement (`time_step`, as a Linear point)."""
 
     def __init__(
         self, E: int, M_per_expert: int, K: int, N: int, settings: BenchSettings, timer: Timer | None = None
@@ -459,18 +444,17 @@ class GroupedBench:
     def check(self, output, grad_input, grad_weight) -> dict[str, float]:
         """SQNR of a float8 call's output and gradients against the bf16 reference; not finite fails."""
         reference_output, reference_grad_input, reference_grad_weight = self.reference()
-        sqnr = {
-            "output": sqnr_db(reference_output, output),
-            "grad_input": sqnr_db(reference_grad_input, grad_input),
-            "grad_weight": sqnr_db(reference_grad_weight, grad_weight),
-        }
-        if not all(math.isfinite(value) or value == math.inf for value in sqnr.values()):
-            raise FloatingPointError(f"float8 result is not finite (SQNR {sqnr})")
-        return sqnr
+        return checked_sqnr(
+            {
+                "output": sqnr_db(reference_output, output),
+                "grad_input": sqnr_db(reference_grad_input, grad_input),
+                "grad_weight": sqnr_db(reference_grad_weight, grad_weight),
+            }
+        )
 
     def measure(self, recipe: str) -> Measurement:
         """One configuration: compile call (with the correctness check), warm-up, memory window, profiled
-        calls, peak, wall-clock window (`bench.time_step`)."""
+        calls, peak, wall-clock window (`time_step`)."""
         timer = self.timer
         if recipe != BASELINE:
             self.reference()
@@ -528,44 +512,12 @@ def precompile_grouped_point(point: GroupedPoint, settings: BenchSettings) -> st
             torch.cuda.empty_cache()
 
 
-def grouped_point_record(
-    run_id: str,
-    point: GroupedPoint,
-    *,
-    emulated: bool,
-    measurement: Measurement | None = None,
-    failure: str | None = None,
-    duration_s: float | None = None,
-    precompiled: str | None = None,
-    precompile_s: float | None = None,
-) -> dict:
-    """The results line of a grouped point (`"grouped": true`), ok with a measurement or failed with a
-    reason; the other fields as a Linear point's (`bench.point_record`)."""
-    return {
-        "kind": "point",
-        "grouped": True,
-        "run_id": run_id,
-        "E": point.E,
-        "M_per_expert": point.M_per_expert,
-        "K": point.K,
-        "N": point.N,
-        "recipe": point.recipe,
-        **measurement_fields(measurement, failure),
-        "precompiled": precompiled,
-        "precompile_s": precompile_s,
-        "duration_s": duration_s,
-        "measured_at": results_store.utc_now(),
-        "emulated": emulated,
-    }
-
-
-#: The grouped expert GEMM workload of `bench.run_sweep`.
+#: The grouped expert GEMM workload of `fp8advisor.measure.sweep.run_sweep`.
 GROUPED = Workload(
     name="grouped_mm",
     gpu_method=GPU_METHOD,
     emulated_method=EMULATED_METHOD,
     shape_bench=_grouped_shape_bench,
-    record=grouped_point_record,
     precompile=precompile_grouped_point,
     ceilings=False,
 )
@@ -589,7 +541,6 @@ __all__ = [
     "equal_group_offsets",
     "fits",
     "float8_grouped_mm",
-    "grouped_point_record",
     "make_grouped_grid",
     "make_operands",
     "precompile_grouped_point",

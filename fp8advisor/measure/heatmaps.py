@@ -1,9 +1,8 @@
-"""Speedup heatmaps of benchmark results: the tables behind them and the PNG (matplotlib, imported lazily);
-and the rows of `suggest`'s routed-experts section.
+"""Speedup heatmaps of benchmark results: the tables behind them and the PNG (matplotlib, imported lazily).
 
 Layout: one block per recipe; in each, one panel per M with K as rows and N as columns, each cell the speedup
 of the float8 recipe over bf16 at that (M, K, N). The terminal rendering of the same tables lives in
-`fp8advisor.cli.bench_cmd`.
+`fp8advisor.cli.bench_view`.
 """
 
 from __future__ import annotations
@@ -12,11 +11,11 @@ import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 from fp8advisor.errors import AdvisorError
 from fp8advisor.files import write_atomic
-from fp8advisor.measure.results import Run, Speedup, pair_with_baseline
+from fp8advisor.measure.results import Run
+from fp8advisor.measure.speedups import Speedup, pair_with_baseline
 from fp8advisor.recipes import ALL_RECIPES
 
 
@@ -128,71 +127,8 @@ def speedup_heatmaps_png(runs: Sequence[Run], path: Path | str, *, title: str | 
     return write_atomic(path, image_bytes.getvalue())
 
 
-@dataclass(frozen=True)
-class ExpertRow:
-    """One row of `suggest`'s routed-experts section: expert groups with one decision, folded over blocks.
-
-    `speedup` is the balanced-routing figure ("1.23x", "-" when none); `speedup_range` "low-high" under the
-    stated imbalance ("" when balanced only); `modelled` says the figure rests on the roofline. `E_local`: the
-    experts per GPU under expert parallelism (`M_per_expert` is per GPU then), None without it."""
-
-    pattern: str
-    count: int
-    n_experts: int
-    top_k: str
-    M_per_expert: str
-    speedup: str
-    speedup_range: str
-    modelled: bool
-    convert: bool
-    reason: str
-    form: str
-    E_local: int | None = None
-
-
-def expert_rows(experts: Sequence) -> list[ExpertRow]:
-    """The rows of the routed-experts section: `ExpertAdvice` of groups whose names differ only in their
-    block indices and whose figures and decision read the same fold into one row
-    (`layers.{3..60}.moe.experts`)."""
-    from fp8advisor.inspect.layers import fold_repeated
-
-    def key(item) -> tuple:
-        e = item.advice
-        speedup = None if e.predicted_speedup is None else round(e.predicted_speedup, 2)
-        spread = None if e.speedup_range is None else tuple(round(v, 2) for v in e.speedup_range)
-        M = None if e.M_per_expert is None else round(e.M_per_expert, 1)
-        local = getattr(e, "E_local", None)
-        return (e.form, e.n_experts, local, e.top_k, M, speedup, spread, e.convert, e.reason, e.provenance)
-
-    items = [SimpleNamespace(fqn=e.group, advice=e) for e in experts]
-    rows = []
-    for folded in fold_repeated(items, key):
-        e = folded.first.advice
-        rows.append(
-            ExpertRow(
-                pattern=folded.pattern,
-                count=len(folded.members),
-                n_experts=e.n_experts,
-                top_k="?" if e.top_k is None else str(e.top_k),
-                M_per_expert="?" if e.M_per_expert is None else f"{e.M_per_expert:g}",
-                speedup="-" if e.predicted_speedup is None else f"{e.predicted_speedup:.2f}x",
-                speedup_range=""
-                if e.speedup_range is None
-                else f"{e.speedup_range[0]:.2f}-{e.speedup_range[1]:.2f}",
-                modelled=e.provenance not in (None, "measured", "published"),
-                convert=e.convert,
-                reason=e.reason,
-                form=e.form,
-                E_local=getattr(e, "E_local", None),
-            )
-        )
-    return rows
-
-
 __all__ = [
-    "ExpertRow",
     "HeatmapPanel",
-    "expert_rows",
     "format_speedup",
     "heatmap_panels",
     "speedup_heatmaps_png",

@@ -91,7 +91,7 @@ class _Worker:
 
 class Precompiler:
     """`workers` spawned processes running `task(point, settings)` (a workload's `precompile`, for example
-    `fp8advisor.measure.sweep.precompile_point`)."""
+    `fp8advisor.measure.linear.precompile_point`)."""
 
     def __init__(
         self,

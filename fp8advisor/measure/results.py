@@ -1,39 +1,31 @@
-"""The results store: one JSON Lines file per run, written so that a kill loses at most the point in flight.
+"""The results store and reading it back: one JSON Lines file per run, every line checked as it is read.
 
 Layout (schema `fp8advisor.results/1`, docs/formats.md): `<out>/run-<UTC timestamp>-<run id>.jsonl`.
-Line 1 is the run header (device, software, method, grid); every later line is one measured point. Each line
-is written with a single `write` of the whole line, then flushed and fsync'ed, so a crash can at worst leave a
-torn last line, which `read_run` ignores.
+Line 1 is the run header (device, software, method, grid); every later line is one measured point. Files are
+written by `fp8advisor.measure.run_writer` so that a crash can at worst leave a torn last line, which
+`read_run` ignores; a line that cannot be used is left out and named (`Run.problems`).
 
 Resume: a sweep that finds earlier runs in its output directory measured with the same device name, software
 versions and grid points skips every (M, K, N, recipe) already recorded there, ok or failed, and writes the
 rest to a new run file whose header lists the runs it continues (`"resumes"`). Reading the directory back
 gives every point exactly once.
 
-Speedup of a float8 point = bf16 time / float8 time at the same (M, K, N), taken from the same run or from a
-run with identical device name and software versions (`pair_with_baseline`).
-
 Grouped expert GEMMs (`bench --grouped`, `fp8advisor.measure.grouped`) use the same files: the header's grid
 says `"workload": "grouped_mm"` and lists E, M_per_expert, K and N; each point says `"grouped": true` and is
-identified by (E, M_per_expert, K, N, recipe) (`point_key`); `pair_grouped_with_baseline` gives their
-speedups, and `pair_with_baseline` leaves grouped runs out.
+identified by (E, M_per_expert, K, N, recipe) (`point_key`). Speedups over bf16 are
+`fp8advisor.measure.speedups`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import math
-import os
-import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 from fp8advisor.errors import ResultsError, quote
-from fp8advisor.recipes import BASELINE
 
 SCHEMA = "fp8advisor.results/1"
 RUN_FILE_GLOB = "run-*.jsonl"
@@ -43,48 +35,12 @@ PointKey = tuple
 
 #: The grid's `workload` of grouped expert GEMM runs (`bench --grouped`).
 GROUPED_WORKLOAD = "grouped_mm"
-#: The size fields of a grouped point, in key order.
+#: The size fields of a Linear point, and of a grouped one, in key order.
+LINEAR_AXES = ("M", "K", "N")
 GROUPED_AXES = ("E", "M_per_expert", "K", "N")
 
 
-# --- names and times
-# -------------------------------------------------------------------------------------------
-
-
-def utc_now() -> str:
-    """The current time as the results files write it: `2026-11-22T10:00:00Z`."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def new_run_id() -> str:
-    """A short random id (8 hex digits) that tells apart runs started in the same second."""
-    return secrets.token_hex(4)
-
-
-def run_file_name(started: str, run_id: str) -> str:
-    """`run-20261122T100000Z-1a2b3c4d.jsonl` for a run started at `2026-11-22T10:00:00Z`."""
-    stamp = started.replace("-", "").replace(":", "")
-    return f"run-{stamp}-{run_id}.jsonl"
-
-
-# --- records
-# ---------------------------------------------------------------------------------------------------
-
-
-def _json_safe(value):
-    """Non-finite floats become null: JSON has no NaN or Infinity and other tools reject them."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(item) for item in value]
-    return value
-
-
-def encode_line(record: dict) -> bytes:
-    """One record as one line of JSON (UTF-8, newline-terminated)."""
-    return (json.dumps(_json_safe(record), allow_nan=False) + "\n").encode("utf-8")
+# --- point keys and setups ----------------------------------------------------------------------------------
 
 
 def is_grouped(point: dict) -> bool:
@@ -93,15 +49,20 @@ def is_grouped(point: dict) -> bool:
 
 
 def point_key(point: dict) -> PointKey:
-    if is_grouped(point):
-        return (*(int(point[axis]) for axis in GROUPED_AXES), str(point["recipe"]))
-    return (int(point["M"]), int(point["K"]), int(point["N"]), str(point["recipe"]))
+    """A point record's identity: (M, K, N, recipe), or (E, M_per_expert, K, N, recipe) when grouped."""
+    axes = GROUPED_AXES if is_grouped(point) else LINEAR_AXES
+    return (*(int(point[axis]) for axis in axes), str(point["recipe"]))
+
+
+def suspect_reason(point: dict) -> str | None:
+    """Why a point's kernel time may be wrong (its profiler session lost records), or None."""
+    return (point.get("profiler") or {}).get("suspect")
 
 
 def grid_point_keys(grid: dict) -> frozenset[PointKey]:
     """Every point key a header's grid asks for: its `shapes` list, or the product of its axes (M, K, N; or
     E, M_per_expert, K, N for a grouped grid), times its recipes."""
-    axes = GROUPED_AXES if grid.get("workload") == GROUPED_WORKLOAD else ("M", "K", "N")
+    axes = GROUPED_AXES if grid.get("workload") == GROUPED_WORKLOAD else LINEAR_AXES
     if grid.get("shapes") is not None:
         shapes = [tuple(shape) for shape in grid["shapes"]]
     else:
@@ -140,8 +101,7 @@ def setup_changes(earlier: dict, header: dict) -> list[str]:
     return changes
 
 
-# --- reading
-# ---------------------------------------------------------------------------------------------------
+# --- reading -----------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -197,7 +157,7 @@ def _is_time(value) -> bool:
 def point_problem(record: dict) -> str | None:
     """Why a point record cannot be used (a missing or wrong key, a time that is NaN, infinite, negative or
     not a number), or None when it can. Failed points need only their identity and a status."""
-    for key in GROUPED_AXES if is_grouped(record) else ("M", "K", "N"):
+    for key in GROUPED_AXES if is_grouped(record) else LINEAR_AXES:
         if not _is_size(record.get(key)):
             return f"{key} is {quote(record.get(key))}, not a positive integer"
     if not isinstance(record.get("recipe"), str):
@@ -388,95 +348,7 @@ def unreadable_lines(problems: Sequence[str], limit: int = 5) -> str | None:
     return f"{len(problems)} results file(s) or line(s) could not be read and were left out: {shown}"
 
 
-# --- writing ------------------------------------------------------------------------------------------------
-
-
-class RunWriter:
-    """Appends records to one run file, each durable before `append` returns.
-
-    The file appears whole or not at all: it is created with its header through a temporary file renamed
-    into place. An append that fails (a full disk) is cut back off, so the file never holds half a line it
-    did not mean to, and the error says so (`ResultsError`)."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-        try:
-            # O_APPEND: each write lands at the end even if something else grew the file; one write per line.
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        except OSError as error:
-            raise ResultsError(f"cannot write {self.path}: {error.strerror}") from None
-
-    @classmethod
-    def create(cls, out_dir: Path, header: dict) -> RunWriter:
-        """A new run file in `out_dir` named after the header's start time and run id, header written."""
-        from fp8advisor.files import write_atomic
-
-        out_dir = Path(out_dir)
-        path = out_dir / run_file_name(header["started"], header["run_id"])
-        if path.exists():
-            raise ResultsError(f"{path} already exists", hint="run ids are random; run bench again")
-        write_atomic(path, encode_line(header))
-        return cls(path)
-
-    def append(self, record: dict) -> None:
-        line = encode_line(record)
-        start = os.fstat(self._fd).st_size
-        view = memoryview(line)
-        try:
-            while view:  # os.write may write less than asked (signals, pipes); finish the line
-                written = os.write(self._fd, view)
-                view = view[written:]
-            os.fsync(self._fd)
-        except OSError as error:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, start)
-            raise ResultsError(
-                f"cannot save a point to {self.path}: {error.strerror}; the points before it are intact",
-                hint="free some disk space, then run the same command again: it resumes",
-            ) from None
-
-    def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-    def __enter__(self) -> RunWriter:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-def make_header(
-    *,
-    run_id: str,
-    started: str,
-    device: dict,
-    software: dict,
-    method: dict,
-    grid: dict,
-    resumes: Iterable[str] = (),
-    ceilings: dict | None = None,
-    shard: dict | None = None,
-    time_budget_s: float | None = None,
-) -> dict:
-    """The run header line. `resumes` names earlier runs this one continues; `ceilings` are the device's
-    measured matmul rates and bandwidth (null when not measured, e.g. emulated); `shard` the slice of the
-    grid this run measures ({"index": I, "count": N}, null for all of it); `time_budget_s` its time budget."""
-    return {
-        "kind": "run",
-        "schema": SCHEMA,
-        "run_id": run_id,
-        "started": started,
-        "device": device,
-        "software": software,
-        "method": method,
-        "grid": grid,
-        "resumes": list(resumes),
-        "ceilings": ceilings,
-        "shard": shard,
-        "time_budget_s": time_budget_s,
-    }
+# --- resume -------------------------------------------------------------------------------------------------
 
 
 def resumable_runs(out_dir: Path, header: dict, problems: list[str] | None = None) -> list[Run]:
@@ -500,195 +372,28 @@ def done_keys(runs: Iterable[Run]) -> set[PointKey]:
     return {point_key(point) for run in runs for point in run.points if not suspect_reason(point)}
 
 
-# --- speedups -----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Speedup:
-    """A float8 point set against its bf16 baseline. `basis` says which time was divided."""
-
-    M: int
-    K: int
-    N: int
-    recipe: str
-    speedup: float
-    bf16_time_s: float
-    float8_time_s: float
-    basis: str  # "kernel_time" (GPU kernel time, the published method) or "wall_time_median" (emulated runs)
-    device_name: str
-    emulated: bool
-    run_id: str  # the run of the float8 point
-
-    def to_json(self) -> dict:
-        return {
-            "M": self.M,
-            "K": self.K,
-            "N": self.N,
-            "recipe": self.recipe,
-            "speedup": self.speedup,
-            "bf16_time_s": self.bf16_time_s,
-            "float8_time_s": self.float8_time_s,
-            "basis": self.basis,
-            "device_name": self.device_name,
-            "emulated": self.emulated,
-            "run_id": self.run_id,
-        }
-
-
-def suspect_reason(point: dict) -> str | None:
-    """Why a point's kernel time may be wrong (its profiler session lost records), or None."""
-    return (point.get("profiler") or {}).get("suspect")
-
-
-def _point_time(point: dict, basis: str) -> float | None:
-    if basis == "kernel_time":
-        return point.get("kernel_time_s")
-    wall = point.get("wall_time_s") or {}
-    return wall.get("median")
-
-
-def _paired(runs: Sequence[Run], basis: str, *, grouped: bool) -> list[tuple]:
-    """(key, float8 point, run, basis chosen, bf16 time, float8 time) of every ok float8 point over the ok
-    bf16 point of the same shape and setup, in the runs of one form (grouped or not): `pair_with_baseline`."""
-    if basis not in ("auto", "kernel_time", "wall_time_median"):
-        raise ValueError(f"unknown basis {basis!r}")
-    baselines: dict[tuple, dict] = {}
-    float8: dict[tuple, tuple[dict, Run]] = {}
-    for run in runs:
-        if run.grouped != grouped:
-            continue
-        setup = setup_key(run.header)
-        for point in run.points:
-            if point.get("status") != "ok" or suspect_reason(point) or is_grouped(point) != grouped:
-                continue
-            *shape, recipe = point_key(point)
-            if recipe == BASELINE:
-                baselines[(setup, *shape)] = point
-            else:
-                float8[(setup, *shape, recipe)] = (point, run)
-    pairs = []
-    for (setup, *key), (point, run) in float8.items():
-        baseline = baselines.get((setup, *key[:-1]))
-        if baseline is None:
-            continue
-        chosen = basis
-        if basis == "auto":
-            has_kernel = point.get("kernel_time_s") and baseline.get("kernel_time_s")
-            chosen = "kernel_time" if has_kernel else "wall_time_median"
-        bf16_time, float8_time = _point_time(baseline, chosen), _point_time(point, chosen)
-        if not bf16_time or not float8_time:
-            continue
-        pairs.append((tuple(key), point, run, chosen, bf16_time, float8_time))
-    return pairs
-
-
-def pair_with_baseline(runs: Sequence[Run], *, basis: str = "auto") -> list[Speedup]:
-    """Speedup of every ok float8 point over the ok bf16 point of the same shape and setup.
-
-    `basis`: "kernel_time" (GPU kernel time, as torchao publishes), "wall_time_median", or "auto" (kernel
-    time where both points have one, else wall time, which is all an emulated run has). Runs are paired only
-    with runs of identical device name and software (`setup_key`); when a shape was measured more than once,
-    the later run wins.
-    Points without a baseline are left out, and so are points whose profiler session may have lost records
-    (`suspect_reason`), float8 or baseline, and grouped runs (`pair_grouped_with_baseline`). Sorted by recipe,
-    M, K, N.
-    """
-    pairs = [
-        Speedup(
-            M=M,
-            K=K,
-            N=N,
-            recipe=recipe,
-            speedup=bf16_time / float8_time,
-            bf16_time_s=bf16_time,
-            float8_time_s=float8_time,
-            basis=chosen,
-            device_name=run.device_name,
-            emulated=run.emulated,
-            run_id=run.run_id,
-        )
-        for (M, K, N, recipe), _, run, chosen, bf16_time, float8_time in _paired(runs, basis, grouped=False)
-    ]
-    return sorted(pairs, key=lambda pair: (pair.recipe, pair.M, pair.K, pair.N))
-
-
-@dataclass(frozen=True)
-class GroupedSpeedup:
-    """A float8 grouped expert GEMM point set against its bf16 baseline (`torch._grouped_mm`)."""
-
-    E: int
-    M_per_expert: int
-    K: int
-    N: int
-    recipe: str
-    speedup: float
-    bf16_time_s: float
-    float8_time_s: float
-    basis: str
-    device_name: str
-    emulated: bool
-    run_id: str
-
-    @property
-    def shape(self) -> tuple[int, int, int, int]:
-        return (self.E, self.M_per_expert, self.K, self.N)
-
-
-def pair_grouped_with_baseline(runs: Sequence[Run], *, basis: str = "auto") -> list[GroupedSpeedup]:
-    """`pair_with_baseline` for grouped runs: each ok float8 grouped point over the ok bf16 point of the same
-    (E, M_per_expert, K, N) and setup. Sorted by recipe, E, M_per_expert, K, N."""
-    pairs = [
-        GroupedSpeedup(
-            E=E,
-            M_per_expert=M_per_expert,
-            K=K,
-            N=N,
-            recipe=recipe,
-            speedup=bf16_time / float8_time,
-            bf16_time_s=bf16_time,
-            float8_time_s=float8_time,
-            basis=chosen,
-            device_name=run.device_name,
-            emulated=run.emulated,
-            run_id=run.run_id,
-        )
-        for (E, M_per_expert, K, N, recipe), _, run, chosen, bf16_time, float8_time in _paired(
-            runs, basis, grouped=True
-        )
-    ]
-    return sorted(pairs, key=lambda pair: (pair.recipe, *pair.shape))
-
-
 __all__ = [
     "GROUPED_AXES",
     "GROUPED_WORKLOAD",
+    "LINEAR_AXES",
+    "RUN_FILE_GLOB",
     "SCHEMA",
-    "GroupedSpeedup",
     "PointKey",
     "Run",
-    "RunWriter",
-    "Speedup",
-    "done_keys",
-    "encode_line",
-    "grid_point_keys",
-    "is_grouped",
-    "pair_grouped_with_baseline",
     "block_problem",
     "choice_problem",
+    "done_keys",
+    "grid_point_keys",
+    "is_grouped",
     "load_results",
-    "make_header",
-    "new_run_id",
-    "pair_with_baseline",
     "point_key",
     "point_problem",
     "read_run",
     "resumable_runs",
-    "run_file_name",
     "runs_in",
     "same_setup",
     "setup_changes",
     "setup_key",
     "suspect_reason",
     "unreadable_lines",
-    "utc_now",
 ]

@@ -1,7 +1,7 @@
 """How one configuration is timed: the GPU timer (profiler kernel time, do_bench wall time, peak memory), the
 CPU timer of `--emulate`, and the checks that keep their figures honest.
 
-`fp8advisor.measure.sweep.ShapeBench.measure` runs the same protocol on either timer: time the first call (the
+`fp8advisor.measure.protocol.time_step` runs the same protocol on either timer: time the first call (the
 compile) with the compile caches' counters, check float8 against bf16, warm up, open the memory window,
 profile, read the peak, time wall-clock. What differs per device lives here.
 

@@ -5,9 +5,12 @@ with its own leave-one-out error) and, for any (M, K, N) or grouped (E, M per ex
 speedup with its provenance (measured, published, modelled) and how it was reached (interpolated,
 extrapolated).
 
-- `roofline`: torchao's roofline model of a float8 Linear and the GPU catalogue it needs.
-- `profile`: the profile document, the shipped and user profiles, and which one a GPU gets (`select_profile`).
-- `fit`: results -> profile (`fit_profile`), with leave-one-out and break-even thresholds.
+- `roofline`: torchao's roofline model of a float8 Linear (the GPU catalogue it needs is `fp8advisor.gpus`).
+- `figures`: points, provenance and fit error, the figures a profile holds; `profile`: the profile document
+  and its JSON; `grouped_profile`: its grouped expert GEMM section; `profile_files`: the shipped and user
+  profiles on disk; `selection`: which one a GPU gets (`select_profile`).
+- `measurements`: bench results and speedup tables read for fitting; `fit`: results -> profile
+  (`fit_profile`), with its leave-one-out error (`fit_error`) and break-even thresholds (`thresholds`).
 - `grid`: interpolation in log space over measured grids (Linear and grouped); `speedup`: the predictions
   (`predict_speedup`, `predicted_times_s`, `predict_expert_group`).
 """
@@ -16,12 +19,12 @@ from fp8advisor._lazy import lazy_exports
 
 _EXPORTS = {
     "Profile": "fp8advisor.predict.profile",
-    "ProfileChoice": "fp8advisor.predict.profile",
-    "load_profile": "fp8advisor.predict.profile",
-    "select_profile": "fp8advisor.predict.profile",
-    "list_profiles": "fp8advisor.predict.profile",
+    "ProfileChoice": "fp8advisor.predict.selection",
+    "load_profile": "fp8advisor.predict.profile_files",
+    "select_profile": "fp8advisor.predict.selection",
+    "list_profiles": "fp8advisor.predict.profile_files",
     "fit_profile": "fp8advisor.predict.fit",
-    "load_measurements": "fp8advisor.predict.fit",
+    "load_measurements": "fp8advisor.predict.measurements",
     "predict_speedup": "fp8advisor.predict.speedup",
     "predicted_times_s": "fp8advisor.predict.speedup",
     "predict_expert_group": "fp8advisor.predict.speedup",

@@ -3,7 +3,7 @@
 - `LogGridModel`: a Linear's value (speedup, or bf16 time) over (log2 M, log2 K, log2 N), the rules of
   `fp8advisor.predict.speedup`.
 - `GroupedModel`: a grouped expert GEMM's speedup over (log2 E, log2 M_per_expert, log2 K, log2 N), the
-  predictor of `profile.GroupedProfile` (and of its leave-one-out error in `fp8advisor.predict.fit`).
+  predictor of `grouped_profile.GroupedProfile` (and of its leave-one-out error in `fit_error`).
 - `multilinear` and `fill_grid_holes`, which both use: multilinear interpolation inside a product grid, and
   its holes (failed points, shapes too large for one GPU) first filled from their measured neighbours.
 
@@ -229,7 +229,8 @@ class GroupedModel:
 
 @functools.lru_cache(maxsize=32)
 def grouped_model(points: tuple) -> GroupedModel:
-    """The model of a profile's grouped points (`profile.GroupedSpeedupPoint`s), built once per point set."""
+    """The model of a profile's grouped points (`grouped_profile.GroupedSpeedupPoint`s), built once per point
+    set."""
     return GroupedModel([point.shape for point in points], [point.speedup for point in points])
 
 

@@ -36,20 +36,32 @@ from typing import Any
 
 import numpy as np
 
+from fp8advisor.gpus import GPU_SPECS, GpuSpecs
+from fp8advisor.predict.figures import SpeedupPoint
 from fp8advisor.predict.grid import EXTRAPOLATED, INTERPOLATED, LogGridModel
-from fp8advisor.predict.profile import Profile, ProfileChoice, SpeedupPoint
+from fp8advisor.predict.profile import Profile
 from fp8advisor.predict.roofline import (
-    GPU_SPECS,
     GROUPED_RECIPE,
-    GpuSpecs,
     grouped_fwd_bwd_time_s,
     linear_fwd_bwd_time_s,
     roofline_speedup,
     routed_rows,
 )
+from fp8advisor.predict.selection import ProfileChoice
 from fp8advisor.recipes import BASELINE, Recipe
 
 MODELLED = "modelled"
+
+#: What a measured profile's "model" section says; this module implements it (`predict_speedup`).
+INTERPOLATION_MODEL = {
+    "kind": "log-linear-interpolation",
+    "inside": "linear in (log2 M, log2 K, log2 N) -> log speedup: scipy RegularGridInterpolator on the grid "
+    "(holes first filled from their measured neighbours along each axis); LinearNDInterpolator with "
+    "nearest-neighbour fallback when points fill less than half of their grid",
+    "outside": "above the largest measured size: clamp to the edge; below the smallest: edge speedup "
+    "times the roofline ratio speedup(query)/speedup(edge), capped at 1",
+    "fused": True,
+}
 
 
 @dataclass(frozen=True)
@@ -344,6 +356,7 @@ def predict_expert_group(profile, group, imbalance: float = 1.0) -> GroupTimes |
 
 __all__ = [
     "IMBALANCE_SAMPLES",
+    "INTERPOLATION_MODEL",
     "MODELLED",
     "GroupTimes",
     "LayerTimes",

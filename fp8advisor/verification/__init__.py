@@ -5,14 +5,22 @@ In: a model, a config file (read by `fp8advisor.frameworks.reader`) and the `Sug
 (`advice_settings` merges a command line with the config's header). Out: a `VerifyReport`: per layer,
 converted or not, advised or not, the float8 and high-precision GEMMs it ran in one traced step, its SQNR, and
 every difference (exit 0 or 1).
+
+- `verifier`: `verify`, its steps in order; `settings`: the request and the advice it is compared with.
+- `conversion`: the model converted as the config says (torchao's own swap); `experts`: the routed experts'
+  conversion read back and compared.
+- `execution`: one traced forward + backward, on the GPU or emulated on the CPU, on the model itself or its
+  `shadow` (same names, smaller widths); `trace`: which GEMMs each layer dispatched, float8 or not;
+  `numerics`: each converted layer's SQNR against bf16.
+- `differences`: what differs from the advice, in the order the report gives it; `report`: the records.
 """
 
 from fp8advisor._lazy import lazy_exports
 
 _EXPORTS = {
     "verify": "fp8advisor.verification.verifier",
-    "advice_settings": "fp8advisor.verification.verifier",
-    "VerifyReport": "fp8advisor.verification.verifier",
+    "advice_settings": "fp8advisor.verification.settings",
+    "VerifyReport": "fp8advisor.verification.report",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

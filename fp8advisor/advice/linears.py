@@ -1,0 +1,155 @@
+"""The decision for each Linear layer: convert it to float8, or keep it in bf16.
+
+For each Linear the forward calls, the profile predicts the float8 forward+backward speedup at the layer's own
+(M, K, N) (`fp8advisor.predict.speedup.predicted_times_s`); a layer called several times is judged on its
+total time over its calls. A layer is converted when float8 conversion would swap it, the forward runs it
+(status `traced` or `assumed`), K and N are divisible by 16 and the predicted speedup reaches `min_speedup`.
+With tensor parallelism each layer is judged on the slower of its two 1/tp slices (`_predict_layer`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fp8advisor.advice.records import LayerAdvice
+from fp8advisor.inspect.folding import Folded, fold_repeated
+from fp8advisor.inspect.records import GemmLayer, LayerStatus
+from fp8advisor.predict.figures import weakest_provenance
+from fp8advisor.recipes import Recipe, dims_divisible_by_16
+
+#: `predictor(recipe, M, K, N)` -> an object with bf16_s, float8_s and speedup (a `predict.Prediction`), as
+#: `fp8advisor.predict.speedup.LayerTimes`.
+Predictor = Callable[[Recipe, int, int, int], Any]
+
+
+def default_predictor(profile_choice) -> Predictor:
+    """Predictions of `fp8advisor.predict.speedup.predicted_times_s` for a `ProfileChoice` (or a
+    `Profile`)."""
+    from fp8advisor.predict.speedup import predicted_times_s
+
+    # A model repeats a few shapes many times, and the step model asks again at each batch it tries: each
+    # distinct question is answered once (the answers are immutable).
+    @functools.cache
+    def predict(recipe: Recipe, M: int, K: int, N: int):
+        return predicted_times_s(profile_choice, recipe, M, K, N)
+
+    return predict
+
+
+#: How a figure was obtained, best first: a sum of figures is as good as its worst `how`.
+HOW_RANK = {"interpolated": 0, "modelled": 1, "extrapolated": 2}
+
+
+def _predict_layer(
+    layer: GemmLayer, recipe: Recipe, predictor: Predictor, tensor_parallel: int
+) -> tuple[float, float, str, str, str, tuple[int, int]]:
+    """(bf16 seconds, float8 seconds, provenance, how, bf16 provenance) summed over the layer's calls, and the
+    (K, N) they are for.
+
+    With tensor parallelism each GPU multiplies a 1/tp slice of K (row-parallel) or of N (column-parallel);
+    which one is not known here, so both are predicted and the slower float8 outcome (and its slice) is kept.
+    """
+    shapes = [(layer.K, layer.N)]
+    if tensor_parallel > 1:
+        shapes = [(layer.K // tensor_parallel, layer.N), (layer.K, layer.N // tensor_parallel)]
+    worst: tuple[float, float, str, str, str, tuple[int, int]] | None = None
+    for K, N in shapes:
+        bf16 = float8 = 0.0
+        provenances: set[str] = set()
+        hows: set[str] = set()
+        bf16_provenances: set[str] = set()
+        for M in layer.M_per_call:
+            times = predictor(recipe, M, K, N)
+            bf16 += times.bf16_s
+            float8 += times.float8_s
+            provenances.add(times.speedup.provenance)
+            hows.add(times.speedup.how)
+            bf16_provenances.add(getattr(times, "bf16_provenance", None) or times.speedup.provenance)
+        provenance = weakest_provenance(provenances)
+        how = max(hows, key=lambda h: HOW_RANK.get(h, 9))
+        if worst is None or bf16 / float8 < worst[0] / worst[1]:
+            worst = (bf16, float8, provenance, how, weakest_provenance(bf16_provenances), (K, N))
+    assert worst is not None
+    return worst
+
+
+def decide_layers(
+    layers: Sequence[GemmLayer],
+    recipe: Recipe,
+    predictor: Predictor,
+    min_speedup: float,
+    tensor_parallel: int,
+) -> list[LayerAdvice]:
+    """The decision for each layer at its own (M, K, N): convert when convertible and predicted to reach
+    `min_speedup` (the module docstring's rule)."""
+    decided = []
+    for layer in layers:
+        common = dict(
+            fqn=layer.fqn,
+            M=layer.M,
+            K=layer.K,
+            N=layer.N,
+            calls=layer.calls,
+            status=layer.status,
+            is_linear=layer.is_linear,
+            aliases=layer.aliases,
+        )
+        if not layer.convertible or not layer.is_linear:
+            if layer.status is LayerStatus.NOT_CALLED:
+                reason = "not called by the forward"
+            else:
+                reason = layer.reason or "float8 conversion does not apply"
+            decided.append(LayerAdvice(convert=False, reason=reason, **common))
+            continue
+        if not layer.M_per_call or not all(m > 0 for m in layer.M_per_call):
+            decided.append(LayerAdvice(convert=False, reason="no rows multiplied", **common))
+            continue
+        bf16, float8, provenance, how, bf16_provenance, shape = _predict_layer(
+            layer, recipe, predictor, tensor_parallel
+        )
+        speedup = bf16 / float8
+        timing = dict(
+            predicted_speedup=speedup,
+            bf16_time_s=bf16,
+            provenance=provenance,
+            how=how,
+            bf16_provenance=bf16_provenance,
+            shard=shape if tensor_parallel > 1 else None,
+        )
+        sharded = [(layer.K // tensor_parallel, layer.N), (layer.K, layer.N // tensor_parallel)]
+        if not dims_divisible_by_16(layer.K, layer.N):
+            reason = f"K={layer.K} or N={layer.N} not divisible by 16 (float8 GEMMs need multiples of 16)"
+            decided.append(LayerAdvice(convert=False, reason=reason, float8_time_s=bf16, **timing, **common))
+        elif tensor_parallel > 1 and not all(dims_divisible_by_16(k, n) for k, n in sharded):
+            reason = f"a 1/{tensor_parallel} shard of K or N is not divisible by 16"
+            decided.append(LayerAdvice(convert=False, reason=reason, float8_time_s=bf16, **timing, **common))
+        elif speedup >= min_speedup:
+            reason = f"predicted {speedup:.2f}x >= {min_speedup:.2f}"
+            decided.append(LayerAdvice(convert=True, reason=reason, float8_time_s=float8, **timing, **common))
+        else:
+            reason = f"predicted {speedup:.2f}x < {min_speedup:.2f}"
+            decided.append(
+                LayerAdvice(convert=False, reason=reason, float8_time_s=float8, **timing, **common)
+            )
+    return decided
+
+
+def group_layers(layers: Sequence[LayerAdvice]) -> list[Folded]:
+    """Fold repeated blocks with one decision into one row each: `layers.{0..79}.attention.wq`."""
+
+    def decision(layer: LayerAdvice) -> tuple:
+        speedup = None if layer.predicted_speedup is None else round(layer.predicted_speedup, 2)
+        return (layer.M, layer.K, layer.N, speedup, layer.convert, layer.reason, layer.status)
+
+    return fold_repeated(layers, decision)
+
+
+__all__ = [
+    "HOW_RANK",
+    "Predictor",
+    "decide_layers",
+    "default_predictor",
+    "group_layers",
+]

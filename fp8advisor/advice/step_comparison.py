@@ -1,0 +1,299 @@
+"""`suggest`'s step section: the predicted step of bf16 and of each strategy side by side, and the advice's
+break-even.
+
+Each strategy of the advice (`fp8advisor.advice.strategies`) is priced by the step model
+(`fp8advisor.advice.step.predict_step`), routed expert groups in float8 where the strategy converts them. The
+break-even is the smallest number of tokens per GPU step (a multiple of 16) at which the advice reaches
+`BREAK_EVEN_SPEEDUP` step speedup; at each token count tried, the layers and expert groups are re-decided as
+the advice would decide them there (`scale_layers`, `fp8advisor.advice.linears`, `fp8advisor.advice.experts`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from fp8advisor.advice.experts import decide_experts, default_expert_predictor
+from fp8advisor.advice.linears import decide_layers, default_predictor
+from fp8advisor.advice.step import Calibration, StepConfig, StepGpu, StepPrediction, predict_step
+from fp8advisor.inspect.records import ExpertForm
+
+#: The break-even: the step speedup the advice must reach.
+BREAK_EVEN_SPEEDUP = 1.05
+
+
+#: Token counts are searched in multiples of this (float8 GEMMs need multiples of 16).
+TOKEN_QUANTUM = 16
+
+
+@dataclass(frozen=True)
+class BreakEven:
+    """The smallest tokens per GPU step (a multiple of 16) at which the advice reaches `target` step speedup.
+
+    `tokens` is None when even `searched_up_to` tokens do not reach it.
+    """
+
+    target: float
+    tokens: int | None
+    seq: int
+    speedup: float | None  # at `tokens`
+    speedup_below: float | None  # at `tokens` - 16 (None when tokens is 16)
+    searched_up_to: int
+
+    @property
+    def batch(self) -> int | None:
+        """Sequences per GPU step at the given sequence length."""
+        return None if self.tokens is None else max(1, math.ceil(self.tokens / self.seq))
+
+    def to_json(self) -> dict:
+        return {
+            "target_step_speedup": self.target,
+            "tokens_per_gpu_step": self.tokens,
+            "seq": self.seq,
+            "batch": self.batch,
+            "step_speedup_at_tokens": None if self.speedup is None else round(self.speedup, 4),
+            "step_speedup_16_tokens_fewer": None
+            if self.speedup_below is None
+            else round(self.speedup_below, 4),
+            "searched_up_to_tokens": self.searched_up_to,
+        }
+
+
+def scale_layers(model_layers, tokens: int):
+    """`model_layers` with every layer's rows scaled to `tokens` per step (rows grow with the tokens at a
+    fixed sequence length, for dense and routed layers alike), and each expert group's tokens and M total."""
+    factor = tokens / model_layers.tokens
+    layers = tuple(
+        replace(layer, M_per_call=tuple(max(1, round(m * factor)) for m in layer.M_per_call))
+        for layer in model_layers.layers
+    )
+    groups = tuple(
+        replace(
+            group,
+            tokens=max(1, round(group.tokens * factor)),
+            M_total=None if group.M_total is None else max(1, round(group.M_total * factor)),
+        )
+        for group in getattr(model_layers, "expert_groups", ())
+    )
+    return replace(model_layers, layers=layers, expert_groups=groups)
+
+
+def find_break_even(
+    speedup_at: Callable[[int], float],
+    seq: int,
+    *,
+    target: float = BREAK_EVEN_SPEEDUP,
+    limit: int = 2**27,
+) -> BreakEven:
+    """The smallest multiple of 16 tokens whose step speedup reaches `target`.
+
+    Doubling from 16 tokens brackets it, bisection closes the bracket: exact when the speedup grows with the
+    tokens (it does in this model: the Linear layers' share and speedup both grow with M, the fixed costs do
+    not); the result carries the speedup 16 tokens below to show the boundary.
+    """
+    cache: dict[int, float] = {}
+
+    def at(tokens: int) -> float:
+        if tokens not in cache:
+            cache[tokens] = speedup_at(tokens)
+        return cache[tokens]
+
+    low, high = 0, TOKEN_QUANTUM  # speedup(low) < target (0: nothing below), speedup(high) unknown
+    while at(high) < target:
+        if high >= limit:
+            return BreakEven(target, None, seq, None, None, limit)
+        low, high = high, min(2 * high, limit)
+    while high - low > TOKEN_QUANTUM:
+        middle = (low + high) // 2 // TOKEN_QUANTUM * TOKEN_QUANTUM
+        if at(middle) >= target:
+            high = middle
+        else:
+            low = middle
+    below = at(high - TOKEN_QUANTUM) if high > TOKEN_QUANTUM else None
+    return BreakEven(target, high, seq, at(high), below, limit)
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """`suggest`'s step section: each strategy's predicted step, and the advice's break-even."""
+
+    gpu: str
+    config: StepConfig
+    calibration: Calibration
+    predictions: tuple[StepPrediction, ...]
+    break_even: BreakEven | None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def baseline(self) -> StepPrediction:
+        return self.predictions[0]
+
+    def prediction(self, name: str) -> StepPrediction:
+        return next(p for p in self.predictions if p.name == name)
+
+    def speedup(self, name: str) -> float:
+        return self.baseline.step_s / self.prediction(name).step_s
+
+    def to_json(self) -> dict:
+        return {
+            "gpu": self.gpu,
+            "config": self.config.to_json(),
+            "in_step_efficiency": self.calibration.in_step_efficiency,
+            "calibration": self.calibration.fitted_to,
+            "strategies": {p.name: p.to_json(self.baseline) for p in self.predictions},
+            "break_even": None if self.break_even is None else self.break_even.to_json(),
+            "notes": list(self.notes),
+        }
+
+
+def step_report(
+    advice,
+    model_layers,
+    profile_choice,
+    gpu: StepGpu,
+    config: StepConfig,
+    calibration: Calibration | None = None,
+    *,
+    predictor: Callable | None = None,
+    break_even_target: float | None = BREAK_EVEN_SPEEDUP,
+) -> StepReport:
+    """Predicted steps of bf16 and of each of the advice's strategies, and the advice's break-even.
+
+    Routed expert groups count in every step: bf16 in the bf16 step and where a strategy keeps them, float8
+    where it converts them (`Strategy.expert_groups`). The break-even re-decides the layers and the expert
+    groups at each token count, as the advice would there.
+    """
+    config.check(advice.recipe)
+    calibration = calibration or Calibration.load()
+    experts = tuple(getattr(advice, "experts", ()))
+    predictions = _strategy_steps(advice, model_layers, experts, gpu, config, calibration)
+    notes = _step_notes(advice, model_layers, experts)
+    break_even = None
+    if break_even_target is not None:
+        speedup_at = _advice_speedup_at(
+            advice, model_layers, profile_choice, predictor, gpu, config, calibration
+        )
+        break_even = find_break_even(speedup_at, model_layers.seq, target=break_even_target)
+    return StepReport(gpu.family, config, calibration, tuple(predictions), break_even, tuple(notes))
+
+
+def _strategy_steps(
+    advice, model_layers, experts: tuple, gpu: StepGpu, config: StepConfig, calibration: Calibration
+) -> list[StepPrediction]:
+    """The predicted step of bf16, then of each strategy that has a prediction, in the advice's order."""
+    predictions = [
+        predict_step(
+            "bf16", "bf16", model_layers, advice.layers, (), gpu, config, calibration, experts=experts
+        )
+    ]
+    for strategy in advice.strategies:
+        if strategy.predicted_speedup is None:
+            continue  # not available (e.g. torchao's auto filter for rowwise_with_gw_hp)
+        predictions.append(
+            predict_step(
+                strategy.name,
+                strategy.label,
+                model_layers,
+                advice.layers,
+                strategy.converted,
+                gpu,
+                config,
+                calibration,
+                experts=experts,
+                converted_experts=getattr(strategy, "expert_groups", ()),
+            )
+        )
+    return predictions
+
+
+def _step_notes(advice, model_layers, experts: tuple) -> list[str]:
+    """What a step is here, and what the step model leaves out (an incomplete trace, the experts' parts)."""
+    notes = [
+        "a step here is one micro-step of batch x seq tokens on one GPU; tokens/s is per GPU",
+        "speedups do not depend on the in-step efficiency (it divides every compute term alike)",
+    ]
+    if model_layers.census is not None and not model_layers.census.complete:
+        notes.append("tracing stopped part-way: attention and memory-bound terms cover only what ran")
+    expert_parallel = getattr(advice, "expert_parallel", 1)
+    if any(e.form == ExpertForm.GROUPED.value for e in experts):
+        notes.append(
+            "routed experts: grouped GEMMs at balanced routing, modelled by the grouped roofline unless a "
+            "measured grouped profile answers; "
+            + (
+                f"per GPU under --ep {expert_parallel} (E / {expert_parallel} experts, the rows of "
+                f"{expert_parallel} GPUs' tokens); the all-to-all and the expert weights' smaller optimizer "
+                "and FSDP share are not modelled"
+                if expert_parallel > 1
+                else "expert parallelism (all-to-all) is not modelled"
+            )
+        )
+    unpriced = [e for e in experts if e.form == ExpertForm.GROUPED.value and e.predicted_speedup is None]
+    if unpriced:
+        notes.append(
+            f"{len(unpriced)} routed expert group(s) left out of every step (no prediction): "
+            + "; ".join(f"{e.group}: {e.reason}" for e in unpriced)
+        )
+    return notes
+
+
+def _advice_speedup_at(
+    advice,
+    model_layers,
+    profile_choice,
+    predictor: Callable | None,
+    gpu: StepGpu,
+    config: StepConfig,
+    calibration: Calibration,
+) -> Callable[[int], float]:
+    """The advice's step speedup over bf16 at a number of tokens, its layers and expert groups re-decided
+    there as the advice would decide them."""
+    experts = tuple(getattr(advice, "experts", ()))
+    layer_predictor = functools.lru_cache(maxsize=None)(predictor or default_predictor(profile_choice))
+    expert_predictor = default_expert_predictor(profile_choice) if experts else None
+
+    def speedup_at(tokens: int) -> float:
+        scaled = scale_layers(model_layers, tokens)
+        decided = decide_layers(
+            scaled.layers, advice.recipe, layer_predictor, advice.min_speedup, advice.tensor_parallel
+        )
+        groups: tuple = ()
+        if expert_predictor is not None:
+            decided, groups = decide_experts(
+                scaled,
+                decided,
+                advice.recipe,
+                advice.min_speedup,
+                layer_predictor,
+                expert_predictor,
+                tensor_parallel=advice.tensor_parallel,
+                expert_parallel=getattr(advice, "expert_parallel", 1),
+            )
+        converted = [layer.fqn for layer in decided if layer.convert]
+        scale = tokens / model_layers.tokens
+        common = dict(gpu=gpu, config=config, calibration=calibration, token_scale=scale, experts=groups)
+        bf16 = predict_step("bf16", "bf16", scaled, decided, (), **common)
+        chosen = predict_step(
+            "advice",
+            "this advice",
+            scaled,
+            decided,
+            converted,
+            converted_experts=[e.group for e in groups if e.convert],
+            **common,
+        )
+        return bf16.step_s / chosen.step_s
+
+    return speedup_at
+
+
+__all__ = [
+    "BREAK_EVEN_SPEEDUP",
+    "TOKEN_QUANTUM",
+    "BreakEven",
+    "StepReport",
+    "find_break_even",
+    "scale_layers",
+    "step_report",
+]

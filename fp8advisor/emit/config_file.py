@@ -1,0 +1,198 @@
+"""The config file of any `--format`: `render` (to the format's writer), `write`, and `check` for `--check`.
+
+The writers, one module per framework family: `torchtitan` (torchtitan-toml, torchtitan-py), `torchao_formats`
+(nemo-automodel, accelerate, torchao, filter), `megatron_file` (megatron). Each file starts with the comment
+header of `header` (JSON has none) and, for a MoE model, the notes of `experts`.
+
+When the advice converts nothing, the files leave FP8 off instead of enabling it with a filter that excludes
+every layer (`FP8_OFF_RENDERERS`): torchtitan-toml without the float8 converter, torchtitan-py without
+`Float8LinearConverter`, NeMo AutoModel `fp8: enabled: false`, accelerate `mixed_precision="bf16"`, torchao
+without `convert_to_float8_training`. The header says why. The bare filter list has no switch: it still keeps
+every layer in bf16, and its header says to leave FP8 off. `verify` (`fp8advisor.frameworks.reader`) reads
+all of them back as FP8 off, which is then the advised outcome.
+
+Also here, what `suggest` asks of a format before and after the work: whether its framework has the recipe
+(`check_format_recipe`), what the file does (`what_the_file_does`, `leaves_fp8_off`) and what to say on stderr
+(`format_warnings`).
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+from fp8advisor.advice.linears import Predictor
+from fp8advisor.advice.records import Advice
+from fp8advisor.emit import megatron
+from fp8advisor.emit.experts import converted_expert_modules, expert_notes, expert_warnings
+from fp8advisor.emit.header import header_lines, what_it_converts
+from fp8advisor.emit.megatron_file import megatron_what, render_megatron
+from fp8advisor.emit.torchao_formats import (
+    accelerate,
+    accelerate_off,
+    filter_list,
+    nemo_automodel,
+    nemo_automodel_off,
+    torchao,
+    torchao_off,
+)
+from fp8advisor.emit.torchtitan import torchtitan_py, torchtitan_py_off, torchtitan_toml, torchtitan_toml_off
+from fp8advisor.errors import ConfigError
+from fp8advisor.files import write_atomic
+from fp8advisor.frameworks.formats import ConfigFormat, parse_format
+from fp8advisor.inspect import titan
+from fp8advisor.recipes import Recipe
+from fp8advisor.request import SuggestRequest
+
+
+def check_format_recipe(fmt: ConfigFormat, recipe: Recipe | str) -> None:
+    """A ConfigError when the format's framework has no such recipe: torchtitan 0.3 has no tensorwise,
+    Transformer Engine (megatron) only tensorwise. `suggest` asks before the work, `render` again."""
+    recipe = Recipe(recipe)
+    if fmt is ConfigFormat.TORCHTITAN_PY and recipe is Recipe.TENSORWISE:
+        raise ConfigError(
+            "torchtitan 0.3 has no tensorwise recipe (Float8LinearConverter.Config accepts rowwise and "
+            "rowwise_with_gw_hp)",
+            hint="use --recipe rowwise (or rowwise_with_gw_hp), or --format torchtitan-toml for "
+            "torchtitan 0.2.x",
+        )
+    if fmt is ConfigFormat.MEGATRON:
+        megatron.check_recipe(recipe)
+
+
+def what_the_file_does(advice: Advice, fmt: ConfigFormat, predictor: Predictor | None = None) -> str:
+    """The header line saying what the file of `fmt` converts (or why it leaves FP8 off), for the terminal."""
+    if fmt is ConfigFormat.MEGATRON:
+        return megatron_what(megatron.plan(advice, predictor))
+    return what_it_converts(advice, fmt)
+
+
+def leaves_fp8_off(advice: Advice, fmt: ConfigFormat | None, predictor: Predictor | None = None) -> bool:
+    """Whether the file of `fmt` trains nothing in float8: the advice converts nothing, or (megatron, whose
+    fused GEMMs are decided as one) the plan puts no module in float8. No format: the advice alone."""
+    if fmt is ConfigFormat.MEGATRON:
+        return not megatron.plan(advice, predictor).float8_names
+    return not advice.convert_fqns and not (fmt is not None and converted_expert_modules(advice, fmt))
+
+
+def render(
+    advice: Advice,
+    fmt: ConfigFormat | str,
+    request: SuggestRequest,
+    *,
+    output: str | None = None,
+    predictor: Predictor | None = None,
+) -> str:
+    """The text of the config file in format `fmt`. `output`: the path as typed; for the filter format a name
+    ending in .json gives the bare JSON list, any other YAML. `predictor`: the advice's own
+    (`advise.default_predictor` of its profile), with which the megatron format decides a fused GEMM as one;
+    without it, by the sum of its parts' predicted times."""
+    fmt = parse_format(fmt)
+    check_format_recipe(fmt, advice.recipe)  # a file FP8 is off in must still be one its framework takes
+    if fmt is ConfigFormat.MEGATRON:
+        return render_megatron(advice, request, predictor)
+    header = header_lines(advice, request, fmt)
+    as_json = output is not None and output.lower().endswith(".json")
+    if not as_json:  # JSON has no comments: format_warnings says it on stderr instead
+        header = header + expert_notes(advice, fmt)
+    if not advice.convert_fqns and not converted_expert_modules(advice, fmt) and fmt in FP8_OFF_RENDERERS:
+        return FP8_OFF_RENDERERS[fmt](header, request)
+    if fmt is ConfigFormat.TORCHTITAN_TOML:
+        return torchtitan_toml(advice, header)
+    if fmt is ConfigFormat.TORCHTITAN_PY:
+        return torchtitan_py(advice, header, request)
+    if fmt is ConfigFormat.NEMO_AUTOMODEL:
+        return nemo_automodel(advice, header)
+    if fmt is ConfigFormat.ACCELERATE:
+        return accelerate(advice, header)
+    if fmt is ConfigFormat.TORCHAO:
+        return torchao(advice, header)
+    return filter_list(advice, header, as_json=as_json)
+
+
+def format_warnings(advice: Advice, fmt: ConfigFormat | str) -> list[str]:
+    """What to tell the user (on stderr, never in the file) about writing `fmt` for this model: a torchtitan
+    config written from another torchtitan version's Linear names
+    (`fp8advisor.inspect.titan.version_mismatch`), and what the file cannot do with the MoE experts
+    (`expert_warnings`)."""
+    fmt = parse_format(fmt)
+    warnings = expert_warnings(advice, fmt)
+    version = {
+        ConfigFormat.TORCHTITAN_TOML: titan.TORCHTITAN_0_2,
+        ConfigFormat.TORCHTITAN_PY: titan.TORCHTITAN_0_3,
+    }
+    if fmt not in version:
+        return warnings
+    warning = titan.version_mismatch(advice.layers, version[fmt])
+    return ([] if warning is None else [warning]) + warnings
+
+
+#: The file of each format that leaves FP8 off, from its header and the request (only torchtitan-py names the
+#: model from it); the bare filter list has no switch: not here.
+FP8_OFF_RENDERERS = {
+    ConfigFormat.TORCHTITAN_TOML: torchtitan_toml_off,
+    ConfigFormat.TORCHTITAN_PY: torchtitan_py_off,
+    ConfigFormat.NEMO_AUTOMODEL: nemo_automodel_off,
+    ConfigFormat.ACCELERATE: accelerate_off,
+    ConfigFormat.TORCHAO: torchao_off,
+}
+
+
+def write(path: str | Path, text: str) -> Path:
+    """Write `text` byte for byte (LF line ends on every OS), atomically: the old file stays whole until the
+    new one is complete (`fp8advisor.files.write_atomic`)."""
+    return write_atomic(path, text)
+
+
+def read_committed(path: str | Path) -> str:
+    """The text of the file `--check` compares, or one `ConfigError` saying why it cannot be compared
+    (missing, a directory, unreadable, not UTF-8 text). Called before the work: a wrong path fails at once."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"--check {path} is a directory", hint="give the config file that -o wrote")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(
+            f"--check {path} does not exist", hint=f"write it first: the same command with -o {path}"
+        ) from None
+    except OSError as error:
+        raise ConfigError(f"cannot read --check {path}: {error.strerror or error}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(
+            f"--check {path} is not a UTF-8 text file: not a config fp8advisor wrote",
+            hint="give the config file that -o wrote",
+        ) from None
+
+
+def check(path: str | Path, expected_text: str, current: str | None = None) -> tuple[bool, str]:
+    """(True, "") when the file at `path` (whose text is `current`, read with `read_committed` when None)
+    holds exactly `expected_text`; else (False, a unified diff from the file to what would be written now)."""
+    path = Path(path)
+    if current is None:
+        current = read_committed(path)
+    if current == expected_text:
+        return True, ""
+    diff = difflib.unified_diff(
+        current.splitlines(keepends=True),
+        expected_text.splitlines(keepends=True),
+        fromfile=f"{path} (committed)",
+        tofile=f"{path} (fp8advisor suggest now)",
+    )
+    text = "".join(line if line.endswith("\n") else line + "\n" for line in diff)
+    return False, text
+
+
+__all__ = [
+    "FP8_OFF_RENDERERS",
+    "check",
+    "check_format_recipe",
+    "format_warnings",
+    "leaves_fp8_off",
+    "read_committed",
+    "render",
+    "what_the_file_does",
+    "write",
+]

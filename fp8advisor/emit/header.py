@@ -1,0 +1,110 @@
+"""The comment header every file but JSON starts with, and the notes shared by every format.
+
+The header: fp8advisor's version, the model target, batch and seq, recipe and profile as the user typed them,
+what the file converts (or why it leaves FP8 off), and the command that regenerates or checks it
+(`fp8advisor.request.SuggestRequest.command`, with what was chosen automatically pinned). Nothing depends on
+the machine or the time, so the same inputs give byte-identical files anywhere.
+"""
+
+from __future__ import annotations
+
+from fp8advisor import __version__
+from fp8advisor.advice.records import Advice
+from fp8advisor.emit.experts import converted_expert_modules
+from fp8advisor.files import GENERATED_MARK
+from fp8advisor.frameworks.formats import CHECK_PREFIX, ConfigFormat
+from fp8advisor.predict.selection import NO_GROUPED_PROFILE
+from fp8advisor.request import SuggestRequest
+
+
+def header_lines(
+    advice: Advice, request: SuggestRequest, fmt: ConfigFormat, what: str | None = None
+) -> list[str]:
+    """The comment header, without comment markers. `what`: the line saying what the file converts, for a
+    format that is not a filter list (megatron)."""
+    profile = advice.profile_name
+    if request.profile is not None and request.profile != advice.profile_name:
+        profile += f" (--profile {request.profile})"
+    recipe = advice.recipe.value + (" (chosen by --recipe auto)" if request.recipe == "auto" else "")
+    lines = [
+        f"{GENERATED_MARK} {__version__} (fp8advisor suggest). Do not edit: regenerate it.",
+        f"model: {request.target}  batch: {request.batch}  seq: {request.seq}"
+        + (f"  tensor parallel: {request.tensor_parallel}" if request.tensor_parallel != 1 else "")
+        + (f"  expert parallel: {request.expert_parallel}" if request.expert_parallel != 1 else ""),
+        f"recipe: {recipe}  profile: {profile} ({advice.profile_provenance})  "
+        f"min speedup: {advice.min_speedup:g}"
+        + (f"  grouped profile: {_grouped_pin(advice)}" if _grouped_pin(advice) else ""),
+        what if what is not None else what_it_converts(advice, fmt),
+    ]
+    if advice.in_context is not None:
+        lines.append(
+            f"decided in context: {len(advice.profile_decisions)} layers, from {advice.in_context.source}"
+        )
+    pinned = pinned_command(request, advice, fmt)
+    lines.append(f"{CHECK_PREFIX}{pinned} --check <this file>")
+    return lines
+
+
+def what_it_converts(advice: Advice, fmt: ConfigFormat) -> str:
+    """The header line saying what the file of `fmt` converts, or why it leaves FP8 off (not megatron)."""
+    if not advice.convert_fqns:
+        modules = converted_expert_modules(advice, fmt)
+        if modules:
+            return (
+                f"no Linear layer converts ({fp8_off_reason(advice).removesuffix('; train in bf16')}); "
+                f"the MoE experts of {len(modules)} module(s) do"
+            )
+        return f"FP8 left off: {fp8_off_reason(advice)}"
+    fl = advice.filter_list
+    if fmt in (ConfigFormat.TORCHAO, ConfigFormat.ACCELERATE):
+        return f"converts exactly the {len(advice.convert_fqns)} advised Linear layers (exact module filter)"
+    if fl.exact:
+        return f"filter_fqns simulated: converts exactly the {len(advice.convert_fqns)} advised Linear layers"
+    return (
+        f"filter_fqns simulated: converts {len(fl.converted)} of the {len(advice.convert_fqns)} "
+        "advised layers; "
+        f"no substring list can be exact, {len(fl.demoted)} kept in bf16 (see fp8advisor suggest)"
+    )
+
+
+def fp8_off_reason(advice: Advice) -> str:
+    """Why the advice converts nothing, in one clause for the header of a file that leaves FP8 off."""
+    timed = [layer for layer in advice.layers if layer.counts_in_linear_time]
+    if not timed:
+        return "nothing is worth converting: no Linear float8 could convert runs in the forward"
+    best = max(timed, key=lambda layer: layer.predicted_speedup or 0.0)
+    return (
+        f"nothing is worth converting: no layer is predicted to reach {advice.min_speedup:.2f}x with "
+        f"{advice.recipe.value} (best: {best.fqn} at {best.predicted_speedup:.2f}x); train in bf16"
+    )
+
+
+def pinned_command(
+    request: SuggestRequest, advice: Advice, fmt: ConfigFormat, output: str | None = None
+) -> str:
+    """`request.command` with what was chosen automatically (the profile, the grouped profile, in-context
+    results) pinned."""
+    source = None if advice.in_context is None else str(advice.in_context.source)
+    return request.command(
+        fmt.value,
+        output,
+        chosen_profile=advice.profile_name,
+        chosen_measured=source,
+        chosen_grouped_profile=_grouped_pin(advice),
+    )
+
+
+def _grouped_pin(advice: Advice) -> str | None:
+    """What the check command pins with --grouped-profile for a model with grouped experts: the profile their
+    figures came from when it is not the pinned --profile, "none" when the grouped roofline predicted them (so
+    that a grouped profile found on the CI machine does not change the advice); None otherwise."""
+    if not advice.grouped_experts or advice.grouped_profile == advice.profile_name:
+        return None
+    return advice.grouped_profile if advice.grouped_profile is not None else NO_GROUPED_PROFILE
+
+
+#: What the file of a format that leaves FP8 off says about it (with its framework's words around it).
+FP8_OFF_NOTE = "FP8 off: nothing is worth converting (see the header), so nothing here enables it."
+
+
+__all__ = ["FP8_OFF_NOTE", "fp8_off_reason", "header_lines", "pinned_command", "what_it_converts"]

@@ -1,0 +1,209 @@
+"""torchao's float8 set-up in a Python file, read as torchao and accelerate run it (parsed, never imported).
+
+- torchao: `convert_to_float8_training(model, config=..., module_filter_fn=...)`; without a filter function
+  torchao converts every nn.Linear. MoE experts convert with `quantize_(model, Float8TrainingOpConfig(),
+  filter_fn=...)`.
+- accelerate: `AORecipeKwargs(config=..., module_filter_func=...)` handed to
+  `Accelerator(mixed_precision="fp8", kwargs_handlers=[...])`; without a filter function accelerate keeps the
+  first and the last nn.Linear in bf16.
+
+The recipe comes from the literal in `Float8LinearConfig.from_recipe_name("...")` or `Float8LinearConfig(...)`
+(`_recipe_from_python`); the filter function is read by `fp8advisor.frameworks.filter_function`.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import replace
+from pathlib import Path
+
+from fp8advisor.errors import ConfigError
+from fp8advisor.frameworks.config_record import FrameworkConfig, experts_only, fp8_off, recipe_named
+from fp8advisor.frameworks.filter_function import read_filter_function
+from fp8advisor.frameworks.formats import ConfigFormat
+from fp8advisor.frameworks.module_rules import accelerate_default_rule
+from fp8advisor.frameworks.python_file import (
+    call_name,
+    calls_named,
+    keyword_value,
+    parse_python,
+    required_literal,
+    resolve_name,
+    single_call,
+)
+from fp8advisor.recipes import Recipe
+
+#: `Float8LinearConfig(...)` keywords that keep the default (tensorwise) scaling.
+_TENSORWISE_KEYWORDS = frozenset(
+    {
+        "emulate",
+        "enable_fsdp_float8_all_gather",
+        "pad_inner_dim",
+        "force_recompute_fp8_weight_in_bwd",
+        "round_scales_to_power_of_2",
+    }
+)
+
+
+def read_torchao(
+    path: Path, text: str, default_recipe: Recipe | None, *, trust_config: bool = False
+) -> FrameworkConfig:
+    """A torchao training script: its `convert_to_float8_training` and its `quantize_` of the experts."""
+    tree = parse_python(path, text)
+    linear = _read_torchao_linear(path, tree, trust_config=trust_config)
+    calls = [
+        call
+        for call in calls_named(tree, "quantize_")
+        if (config := resolve_name(keyword_value(call, "config"), tree)) is not None
+        and isinstance(config, ast.Call)
+        and call_name(config) == "Float8TrainingOpConfig"
+    ]
+    if not calls:
+        return replace(
+            linear, converts_experts=False, expert_rule="no quantize_(..., Float8TrainingOpConfig())"
+        )
+    if len(calls) > 1:
+        raise ConfigError(
+            f"{len(calls)} quantize_(..., config=Float8TrainingOpConfig()) calls: which experts convert is "
+            "unclear",
+            location=f"{path}:{calls[0].lineno}",
+            hint="keep one quantize_ call for the experts, with one filter_fn",
+        )
+    filter_node = keyword_value(calls[0], "filter_fn")
+    if filter_node is None or (isinstance(filter_node, ast.Constant) and filter_node.value is None):
+        raise ConfigError(
+            "quantize_(..., config=Float8TrainingOpConfig()) without filter_fn applies torchao's default "
+            "filter (nn.Linear), not the experts",
+            location=f"{path}:{calls[0].lineno}",
+            hint="pass filter_fn=<a function of (module, fqn) naming the expert modules>",
+        )
+    predicate, rule, _entries = read_filter_function(filter_node, tree, path, trust_config=trust_config)
+    return replace(
+        experts_only(linear, "convert_to_float8_training"),
+        converts_experts=True,
+        expert_rule=f"quantize_(Float8TrainingOpConfig) with {rule}",
+        expert_filter=predicate,
+    )
+
+
+def _read_torchao_linear(path: Path, tree: ast.Module, *, trust_config: bool) -> FrameworkConfig:
+    """The nn.Linear part: `convert_to_float8_training(model, config=..., module_filter_fn=...)`."""
+    if not calls_named(tree, "convert_to_float8_training"):
+        return fp8_off(ConfigFormat.TORCHAO, path, Recipe.TENSORWISE, "convert_to_float8_training")
+    call = single_call(tree, "convert_to_float8_training", path)
+    recipe = _recipe_from_python(keyword_value(call, "config"), tree, path)
+    filter_node = keyword_value(call, "module_filter_fn")
+    if filter_node is None or (isinstance(filter_node, ast.Constant) and filter_node.value is None):
+        # torchao without a filter converts every nn.Linear, whatever its shape.
+        return FrameworkConfig(
+            ConfigFormat.TORCHAO,
+            path,
+            True,
+            recipe,
+            None,
+            "every nn.Linear (no module_filter_fn)",
+            None,
+            ("no module_filter_fn: torchao converts every nn.Linear, lm_head included",),
+            lambda model: lambda module, fqn: True,
+        )
+    predicate, rule, entries = read_filter_function(filter_node, tree, path, trust_config=trust_config)
+    return FrameworkConfig(
+        ConfigFormat.TORCHAO, path, True, recipe, entries, rule, None, (), lambda model: predicate
+    )
+
+
+def read_accelerate(
+    path: Path, text: str, default_recipe: Recipe | None, *, trust_config: bool = False
+) -> FrameworkConfig:
+    """An accelerate training script: its `AORecipeKwargs` and what its `Accelerator(...)` says of FP8."""
+    tree = parse_python(path, text)
+    accelerators = calls_named(tree, "Accelerator")
+    precisions = [keyword_value(node, "mixed_precision") for node in accelerators]
+    literal_precisions = [p.value for p in precisions if isinstance(p, ast.Constant)]
+    if not calls_named(tree, "AORecipeKwargs") and literal_precisions and "fp8" not in literal_precisions:
+        off = fp8_off(ConfigFormat.ACCELERATE, path, Recipe.TENSORWISE, "AORecipeKwargs")
+        return replace(off, notes=(f"FP8 is off: Accelerator(mixed_precision={literal_precisions[0]!r})",))
+    call = single_call(tree, "AORecipeKwargs", path)
+    recipe = _recipe_from_python(keyword_value(call, "config"), tree, path)
+    notes: list[str] = []
+    enabled = True
+    if literal_precisions and "fp8" not in literal_precisions:
+        enabled = False
+        notes.append(f"FP8 is off: Accelerator(mixed_precision={literal_precisions[0]!r}), not 'fp8'")
+    elif not literal_precisions:
+        notes.append(
+            'no Accelerator(mixed_precision="fp8") in the file: FP8 must be enabled by the launch config'
+        )
+    if accelerators and not any(keyword_value(node, "kwargs_handlers") is not None for node in accelerators):
+        notes.append(
+            "Accelerator(...) has no kwargs_handlers=[...]: the AORecipeKwargs would not be used "
+            "(the docs misspell it)"
+        )
+    filter_node = keyword_value(call, "module_filter_func")
+    if filter_node is None or (isinstance(filter_node, ast.Constant) and filter_node.value is None):
+        notes.append("no module_filter_func: accelerate keeps the first and last nn.Linear in bf16")
+        return FrameworkConfig(
+            ConfigFormat.ACCELERATE,
+            path,
+            enabled,
+            recipe,
+            None,
+            "accelerate default: K, N % 16 == 0, not the first or last nn.Linear",
+            None,
+            tuple(notes),
+            accelerate_default_rule,
+        )
+    predicate, rule, entries = read_filter_function(filter_node, tree, path, trust_config=trust_config)
+    return FrameworkConfig(
+        ConfigFormat.ACCELERATE,
+        path,
+        enabled,
+        recipe,
+        entries,
+        rule,
+        None,
+        tuple(notes),
+        lambda model: predicate,
+    )
+
+
+def _recipe_from_python(node: ast.expr | None, tree: ast.Module, path: Path) -> Recipe:
+    """The recipe of `Float8LinearConfig.from_recipe_name("...")`, `Float8LinearConfig(...)` or None."""
+    node = resolve_name(node, tree)
+    if node is None or (isinstance(node, ast.Constant) and node.value is None):
+        return Recipe.TENSORWISE  # torchao: config None means Float8LinearConfig(), tensorwise
+    if isinstance(node, ast.Call):
+        name = call_name(node)
+        if (
+            name == "replace"
+            and node.args
+            and {kw.arg for kw in node.keywords} <= _TENSORWISE_KEYWORDS - {"emulate"}
+        ):  # dataclasses.replace(<config>, pad_inner_dim=True): padding, the same scaling
+            return _recipe_from_python(node.args[0], tree, path)
+        if name == "from_recipe_name":
+            argument = node.args[0] if node.args else keyword_value(node, "recipe_name")
+            if argument is None:
+                raise ConfigError("from_recipe_name() without a recipe", location=f"{path}:{node.lineno}")
+            if isinstance(argument, ast.Attribute):  # Float8LinearRecipeName.ROWWISE
+                return recipe_named(argument.attr.lower(), path, "Float8LinearRecipeName")
+            return recipe_named(required_literal(argument, path, "the recipe name"), path, "from_recipe_name")
+        if name == "Float8LinearConfig":
+            custom = sorted({kw.arg or "**" for kw in node.keywords} - _TENSORWISE_KEYWORDS)
+            if node.args or custom:
+                raise ConfigError(
+                    f"Float8LinearConfig({', '.join(custom)}=...) sets its own scaling: not a recipe "
+                    "this tool knows",
+                    location=f"{path}:{node.lineno}",
+                    hint='write Float8LinearConfig.from_recipe_name("tensorwise" | "rowwise" | '
+                    '"rowwise_with_gw_hp")',
+                )
+            return Recipe.TENSORWISE
+    raise ConfigError(
+        f"cannot tell the float8 recipe from {ast.unparse(node)}",
+        location=f"{path}:{getattr(node, 'lineno', '?')}",
+        hint='write config=Float8LinearConfig.from_recipe_name("rowwise") (or another recipe name) in '
+        "the file",
+    )
+
+
+__all__ = ["read_accelerate", "read_torchao"]

@@ -1,0 +1,224 @@
+"""torchtitan's float8 configs read as torchtitan reads them: the 0.2.x TOML job config and the 0.3 Python
+recipe.
+
+- torchtitan-toml: torchtitan 0.2.x job config. `[model] converters` must hold "quantize.linear.float8";
+  `[quantize.linear.float8]` recipe_name (absent = tensorwise), filter_fqns (substring), an
+  "auto_filter_small_kn" entry switching to torchao's `_auto_filter_for_recipe`. Unknown keys, and recipe_name
+  together with enable_fsdp_float8_all_gather, are rejected as torchtitan rejects them. MoE experts convert
+  with the grouped-GEMM converter (`formats.TORCHTITAN_0_2_EXPERTS_CONVERTER`) and its
+  `[quantize.grouped_mm.float8] fqns`.
+- torchtitan-py: torchtitan 0.3 recipe function; the keyword literals of `Float8LinearConverter.Config(...)`
+  (recipe_name absent = rowwise, its default there), and `Float8GroupedExpertsConverter.Config(...)` for every
+  GroupedExperts. Read with `ast`, never run.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import replace
+from pathlib import Path
+
+from fp8advisor.errors import ConfigError
+from fp8advisor.frameworks.config_record import (
+    FrameworkConfig,
+    experts_only,
+    fp8_off,
+    recipe_named,
+    string_list,
+)
+from fp8advisor.frameworks.filters import matches_filter
+from fp8advisor.frameworks.formats import TORCHTITAN_0_2_EXPERTS_CONVERTER as TORCHTITAN_EXPERTS_CONVERTER
+from fp8advisor.frameworks.formats import ConfigFormat
+from fp8advisor.frameworks.module_rules import substring_or_auto
+from fp8advisor.frameworks.python_file import calls_named, parse_python, required_literal, single_call
+from fp8advisor.recipes import Recipe
+
+try:  # Python 3.11+
+    import tomllib
+except ModuleNotFoundError:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+
+#: torchtitan 0.2.x: the converter name and the keys `[quantize.linear.float8]` accepts
+#: (torchtitan/config/job_config.py).
+TORCHTITAN_CONVERTER = "quantize.linear.float8"
+TORCHTITAN_FLOAT8_KEYS = frozenset(
+    {
+        "enable_fsdp_float8_all_gather",
+        "precompute_float8_dynamic_scale_for_fsdp",
+        "recipe_name",
+        "filter_fqns",
+        "emulate",
+    }
+)
+
+
+#: torchtitan 0.2.0's converter of MoE grouped GEMMs and the keys of its section (at tag v0.2.0:
+#: torchtitan/components/quantization/float8.py `Float8GroupedMMConverter`, whose quantize_ filter is
+#: `target_fqn in cur_fqn` for each of `[quantize.grouped_mm.float8] fqns`): the converter's name is
+#: `formats.TORCHTITAN_0_2_EXPERTS_CONVERTER`.
+TORCHTITAN_EXPERTS_KEYS = frozenset({"fqns"})
+
+
+#: torchtitan 0.3's converter of MoE grouped experts (torchtitan/components/quantization/float8.py).
+GROUPED_EXPERTS_CONVERTER = "Float8GroupedExpertsConverter.Config"
+
+
+def read_torchtitan_toml(path: Path, text: str, default_recipe: Recipe | None) -> FrameworkConfig:
+    """A torchtitan 0.2.x job config: `[model] converters`, `[quantize.linear.float8]`, the experts' section
+    and `[compile]`."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(
+            f"{path} is not valid TOML: {error}", hint="fix the syntax; tomllib must read it"
+        ) from None
+    converters = string_list(_toml_table(data, path, "model").get("converters"), path, "[model] converters")
+    section = _toml_table(data, path, "quantize", "linear", "float8")
+    unknown = sorted(set(section) - TORCHTITAN_FLOAT8_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"[quantize.linear.float8] has keys torchtitan 0.2.x rejects: {', '.join(unknown)}",
+            location=str(path),
+            hint=f"the accepted keys are {', '.join(sorted(TORCHTITAN_FLOAT8_KEYS))}",
+        )
+    recipe_name = section.get("recipe_name")
+    if recipe_name is not None and section.get("enable_fsdp_float8_all_gather"):
+        raise ConfigError(
+            "torchtitan rejects recipe_name together with enable_fsdp_float8_all_gather = true",
+            location=str(path),
+            hint="for tensorwise with float8 all-gather leave recipe_name out; for rowwise drop the "
+            "all-gather flag",
+        )
+    recipe = (
+        recipe_named(recipe_name, path, "[quantize.linear.float8]")
+        if recipe_name is not None
+        else Recipe.TENSORWISE
+    )
+    entries = string_list(section.get("filter_fqns"), path, "[quantize.linear.float8] filter_fqns")
+    compile_section = _toml_table(data, path, "compile")
+    compile_enabled = bool(compile_section.get("enable", False)) and "model" in compile_section.get(
+        "components", ["model", "loss"]
+    )
+    notes: list[str] = []
+    enabled = TORCHTITAN_CONVERTER in converters
+    if not enabled:
+        legacy = ' ("float8" is the pre-0.2 name)' if "float8" in converters else ""
+        notes.append(f'FP8 is off: [model] converters does not include "{TORCHTITAN_CONVERTER}"{legacy}')
+    rule, factory, rule_notes = substring_or_auto(recipe, entries, auto_passes_linear=True)
+    notes.extend(rule_notes)
+    expert_entries = _torchtitan_toml_experts(data, converters, path)
+    if (enabled or expert_entries) and not compile_enabled:
+        notes.append(
+            "[compile] enable is not true for the model: float8 without torch.compile is slower than bf16"
+        )
+    if expert_entries and not enabled:
+        notes = [
+            f'[model] converters has no "{TORCHTITAN_CONVERTER}": every nn.Linear stays bf16, only the MoE '
+            "experts convert"
+        ] + notes[1:]
+    return FrameworkConfig(
+        ConfigFormat.TORCHTITAN_TOML,
+        path,
+        enabled,
+        recipe,
+        entries,
+        rule,
+        compile_enabled,
+        tuple(notes),
+        factory,
+        converts_experts=bool(expert_entries),
+        expert_rule=(
+            f"{TORCHTITAN_EXPERTS_CONVERTER}: modules whose FQN contains one of {list(expert_entries)}"
+            if expert_entries
+            else f'no "{TORCHTITAN_EXPERTS_CONVERTER}" converter with fqns'
+        ),
+        expert_filter=(lambda module, fqn: matches_filter(fqn, expert_entries)) if expert_entries else None,
+    )
+
+
+def _toml_table(data: dict, path: Path, *keys: str) -> dict:
+    """The table at `[a.b.c]` (empty when absent); a ConfigError when a key on the way is not a table."""
+    for depth, key in enumerate(keys, start=1):
+        data = data.get(key, {})
+        if not isinstance(data, dict):
+            raise ConfigError(
+                f"[{'.'.join(keys[:depth])}] must be a table, not {type(data).__name__}", location=str(path)
+            )
+    return data
+
+
+def _torchtitan_toml_experts(data: dict, converters: tuple[str, ...], path: Path) -> tuple[str, ...]:
+    """`[quantize.grouped_mm.float8] fqns` when its converter is on (empty: no expert converts)."""
+    section = _toml_table(data, path, "quantize", "grouped_mm", "float8")
+    unknown = sorted(set(section) - TORCHTITAN_EXPERTS_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"[quantize.grouped_mm.float8] has keys torchtitan 0.2.x rejects: {', '.join(unknown)}",
+            location=str(path),
+            hint="the accepted key is fqns",
+        )
+    if TORCHTITAN_EXPERTS_CONVERTER not in converters:
+        return ()
+    return string_list(section.get("fqns"), path, "[quantize.grouped_mm.float8] fqns")
+
+
+def read_torchtitan_py(path: Path, text: str, default_recipe: Recipe | None) -> FrameworkConfig:
+    """A torchtitan 0.3 recipe: its Float8LinearConverter.Config and Float8GroupedExpertsConverter.Config."""
+    tree = parse_python(path, text)
+    linear = _read_torchtitan_py_linear(path, tree)
+    if not calls_named(tree, GROUPED_EXPERTS_CONVERTER):
+        return replace(linear, converts_experts=False, expert_rule=f"no {GROUPED_EXPERTS_CONVERTER}(...)")
+    single_call(tree, GROUPED_EXPERTS_CONVERTER, path)
+    return replace(
+        experts_only(linear, "Float8LinearConverter.Config"),
+        converts_experts=True,
+        expert_rule=f"{GROUPED_EXPERTS_CONVERTER}: every GroupedExperts of the model (rowwise, no filter)",
+    )
+
+
+def _read_torchtitan_py_linear(path: Path, tree: ast.Module) -> FrameworkConfig:
+    """The nn.Linear part: the keyword literals of `Float8LinearConverter.Config(...)`."""
+    if not calls_named(tree, "Float8LinearConverter.Config"):
+        return fp8_off(ConfigFormat.TORCHTITAN_PY, path, Recipe.ROWWISE, "Float8LinearConverter.Config")
+    call = single_call(tree, "Float8LinearConverter.Config", path)
+    if call.args:
+        raise ConfigError(
+            "Float8LinearConverter.Config takes keyword arguments only", location=f"{path}:{call.lineno}"
+        )
+    values = {
+        kw.arg: required_literal(kw.value, path, f"Float8LinearConverter.Config({kw.arg}=...)")
+        for kw in call.keywords
+        if kw.arg is not None
+    }
+    # torchtitan 0.3's Float8LinearConverter.Config defaults recipe_name to "rowwise".
+    recipe = recipe_named(values.get("recipe_name", "rowwise"), path, "Float8LinearConverter.Config")
+    entries = string_list(values.get("filter_fqns"), path, "filter_fqns")
+    notes: list[str] = []
+    compile_enabled = values.get("model_compile_enabled")
+    if compile_enabled is not True:
+        notes.append("model_compile_enabled is not True: float8 without torch.compile is slower than bf16")
+    rule, factory, rule_notes = substring_or_auto(recipe, entries, auto_passes_linear=False)
+    notes.extend(rule_notes)
+    # torchtitan 0.3 tests Linear.Config in_features/out_features: the same shapes as nn.Linear's weight.
+    return FrameworkConfig(
+        ConfigFormat.TORCHTITAN_PY,
+        path,
+        True,
+        recipe,
+        entries,
+        rule,
+        compile_enabled if isinstance(compile_enabled, bool) else None,
+        tuple(notes),
+        factory,
+    )
+
+
+__all__ = [
+    "GROUPED_EXPERTS_CONVERTER",
+    "TORCHTITAN_CONVERTER",
+    "TORCHTITAN_EXPERTS_KEYS",
+    "TORCHTITAN_FLOAT8_KEYS",
+    "read_torchtitan_py",
+    "read_torchtitan_toml",
+]
