@@ -36,7 +36,7 @@ _EXPORTS = {
     "fit_profile": "fp8advisor.predict.fit",
     "load_measurements": "fp8advisor.predict.measurements",
     "predict_speedup": "fp8advisor.predict.speedup",
-    "get_specs": "fp8advisor.predict.roofline",
+    "get_specs": "fp8advisor.gpus",
     # advice: the decisions and the training step
     "Advice": "fp8advisor.advice.records",
     "advise": "fp8advisor.advice.decide",

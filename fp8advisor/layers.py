@@ -1,5 +1,5 @@
 """Deprecated: moved to `fp8advisor.inspect.layers` (and `.records`, `.recorder`, `.forward`, `.rows`,
-`.experts`, `.folding`, `.model_config`); kept for one release."""
+`.experts`, `.folding`, `.model_config`); kept for the 0.1 series, with a DeprecationWarning."""
 
 import warnings
 
@@ -14,7 +14,7 @@ from fp8advisor.inspect import records as _records
 from fp8advisor.inspect import rows as _rows
 
 warnings.warn(
-    "fp8advisor.layers moved to fp8advisor.inspect.layers; this name goes in the next release",
+    "fp8advisor.layers moved to fp8advisor.inspect.layers; this name goes after the 0.1 series",
     DeprecationWarning,
     stacklevel=2,
 )
@@ -36,7 +36,31 @@ _RENAMED = {
 }
 
 
+#: The old module's public names (what `from fp8advisor.layers import *` gave).
+__all__ = [
+    "ExpertForm",
+    "ExpertGemm",
+    "ExpertGroup",
+    "Folded",
+    "GemmLayer",
+    "LayerStatus",
+    "MAX_TOKENS",
+    "ModelLayers",
+    "TOP_K_NAMES",
+    "block_shape",
+    "check_tokens",
+    "find_expert_groups",
+    "fold_repeated",
+    "inspect_loaded",
+    "inspect_model",
+    "max_positions",
+    "untraced_expert_weights",
+]
+
+
 def __getattr__(name: str):
+    if name.startswith("__"):  # the module's own dunders (`__path__`, ...) are not forwarded
+        raise AttributeError(f"module 'fp8advisor.layers' has no attribute {name!r}")
     new_name = _RENAMED.get(name, name)
     for module in (
         _layers,

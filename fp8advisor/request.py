@@ -3,7 +3,7 @@ what `verify` advises with.
 
 `SuggestRequest` holds each setting once, with its one default. The CLI builds it from `suggest`'s options;
 the writer (`fp8advisor.emit`) turns it into the regenerate command of a config's header (`command_words`);
-the reader (`fp8advisor.frameworks.formats.read_header`) turns that command back into a request
+the reader (`fp8advisor.frameworks.header.read_header`) turns that command back into a request
 (`from_command`); `verify` merges its own command line with the header's request (`merge_with_header`).
 """
 
@@ -141,6 +141,9 @@ class SuggestRequest:
         `written` in a config's header (None = not written), else the default. Returns that request, the names
         taken from the header, and one "--option value (header: value)" per setting where the command line
         and the header disagree (the command line wins)."""
+        unknown = set(given) - set(OPTIONS)
+        if unknown:
+            raise TypeError(f"not settings of a SuggestRequest: {', '.join(sorted(unknown))}")
         written = written or {}
         chosen: dict[str, Any] = {}
         from_header, disagreements = [], []

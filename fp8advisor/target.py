@@ -1,5 +1,5 @@
-"""Deprecated: moved to `fp8advisor.inspect.target` (and `.spec`, `.sandbox`, `.inputs`); kept for one
-release."""
+"""Deprecated: moved to `fp8advisor.inspect.target` (and `.spec`, `.sandbox`, `.inputs`); kept for the 0.1
+series, with a DeprecationWarning."""
 
 import warnings
 
@@ -9,13 +9,33 @@ from fp8advisor.inspect import spec as _spec
 from fp8advisor.inspect import target as _target
 
 warnings.warn(
-    "fp8advisor.target moved to fp8advisor.inspect.target; this name goes in the next release",
+    "fp8advisor.target moved to fp8advisor.inspect.target; this name goes after the 0.1 series",
     DeprecationWarning,
     stacklevel=2,
 )
 
 
+#: The old module's public names (what `from fp8advisor.target import *` gave).
+__all__ = [
+    "EXAMPLE_INPUTS_NAME",
+    "ExampleInputs",
+    "FACTORY_NAMES",
+    "HF_CONFIG_NAME",
+    "LoadedModel",
+    "TargetSpec",
+    "describe_error",
+    "load_model",
+    "make_example_inputs",
+    "parse_target",
+    "redirect_devices",
+    "running_user_code",
+    "user_location",
+]
+
+
 def __getattr__(name: str):
+    if name.startswith("__"):  # the module's own dunders (`__path__`, ...) are not forwarded
+        raise AttributeError(f"module 'fp8advisor.target' has no attribute {name!r}")
     for module in (_target, _spec, _sandbox, _inputs):
         if hasattr(module, name):
             return getattr(module, name)

@@ -43,7 +43,7 @@ def test_default_grid_predicts_the_published_table_it_leaves_out():
     # What the default grid is sized on: interpolating the published H100 rowwise table from the grid's 36
     # shapes must predict the other 180 points well (median error, and the side of 1.0x that decides).
     from fp8advisor.paths import RESULTS_DIR
-    from fp8advisor.predict.grid import LogGridModel
+    from fp8advisor.predict.interpolation import LogGridModel
     from fp8advisor.predict.measurements import read_speedup_table
 
     table = read_speedup_table(RESULTS_DIR / "torchao_rowwise_h100_2025-06.csv")

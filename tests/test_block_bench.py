@@ -1,4 +1,4 @@
-"""`fp8advisor bench --model` (fp8advisor.measure.in_context): the emulated pipeline end to end, resume, the
+"""`fp8advisor bench --model` (fp8advisor.measure.block_bench): the emulated pipeline end to end, resume, the
 time budget, failures, and how the results are read back."""
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def synthetic_ms(variant: frozenset) -> float:
 @pytest.fixture
 def synthetic(monkeypatch):
     """UnitBench.measure answers from `synthetic_ms` (blocks are still built and checked for real)."""
-    import fp8advisor.measure.in_context
+    import fp8advisor.measure.block_bench
     from fp8advisor.measure.protocol import Measurement
 
     measured = []
@@ -173,7 +173,7 @@ def synthetic(monkeypatch):
         wall = {"median": ms / 1e3, "p20": (ms - 0.01) / 1e3, "p80": (ms + 0.01) / 1e3, "iterations": 5}
         return Measurement(kernel_time_s=None, wall_time_s=wall, peak_memory_bytes=None, sqnr_db=None)
 
-    monkeypatch.setattr(fp8advisor.measure.in_context.UnitBench, "measure", measure)
+    monkeypatch.setattr(fp8advisor.measure.block_bench.UnitBench, "measure", measure)
     return measured
 
 
@@ -277,16 +277,16 @@ def test_bench_model_says_which_earlier_run_it_did_not_reuse(tiny, tmp_path, syn
 
 
 def test_a_block_that_fails_is_recorded_and_the_sweep_goes_on(tiny, tmp_path, monkeypatch):
-    import fp8advisor.measure.in_context
+    import fp8advisor.measure.block_bench
 
-    real = fp8advisor.measure.in_context.materialize
+    real = fp8advisor.measure.block_bench.materialize
 
     def out_of_memory(module, **kwargs):
         if type(module).__name__ == "Block":
             raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB\nmore detail")
         return real(module, **kwargs)
 
-    monkeypatch.setattr(fp8advisor.measure.in_context, "materialize", out_of_memory)
+    monkeypatch.setattr(fp8advisor.measure.block_bench, "materialize", out_of_memory)
     out = tmp_path / "out"
     _, summary = sweep(tiny, out)
     assert summary.failed_units == {
@@ -299,16 +299,16 @@ def test_a_block_that_fails_is_recorded_and_the_sweep_goes_on(tiny, tmp_path, mo
 
 
 def test_a_block_whose_float8_variants_all_fail_gets_no_choice(tiny, tmp_path, monkeypatch, synthetic):
-    import fp8advisor.measure.in_context
+    import fp8advisor.measure.block_bench
 
-    measure = fp8advisor.measure.in_context.UnitBench.measure
+    measure = fp8advisor.measure.block_bench.UnitBench.measure
 
     def no_float8(self, recipe, variant):
         if variant:
             raise NotImplementedError("this recipe does not run here")
         return measure(self, recipe, variant)
 
-    monkeypatch.setattr(fp8advisor.measure.in_context.UnitBench, "measure", no_float8)
+    monkeypatch.setattr(fp8advisor.measure.block_bench.UnitBench, "measure", no_float8)
     out = tmp_path / "out"
     _, summary = sweep(tiny, out)
     assert choices_of(out) == {}  # bf16 is not a measured decision when nothing was measured against it
@@ -321,34 +321,34 @@ def test_a_block_whose_float8_variants_all_fail_gets_no_choice(tiny, tmp_path, m
 def test_a_block_that_cannot_be_built_on_resume_records_no_variant_as_failed(
     tiny, tmp_path, monkeypatch, synthetic
 ):
-    import fp8advisor.measure.in_context
+    import fp8advisor.measure.block_bench
     from fp8advisor.measure.block_sweep import BlockSweepInterrupted
 
-    measure = fp8advisor.measure.in_context.UnitBench.measure
+    measure = fp8advisor.measure.block_bench.UnitBench.measure
 
     def stop_after_bf16(self, recipe, variant):
         if variant:
             raise KeyboardInterrupt  # Ctrl-C once the block's bf16 time is saved
         return measure(self, recipe, variant)
 
-    monkeypatch.setattr(fp8advisor.measure.in_context.UnitBench, "measure", stop_after_bf16)
+    monkeypatch.setattr(fp8advisor.measure.block_bench.UnitBench, "measure", stop_after_bf16)
     out = tmp_path / "out"
     with pytest.raises(BlockSweepInterrupted) as stopped:
         sweep(tiny, out)
     assert [(r["block"], r["recipe"]) for r in stopped.value.summary.records] == [("blocks.{0..1}", "bf16")]
-    monkeypatch.setattr(fp8advisor.measure.in_context.UnitBench, "measure", measure)
-    real = fp8advisor.measure.in_context.materialize
+    monkeypatch.setattr(fp8advisor.measure.block_bench.UnitBench, "measure", measure)
+    real = fp8advisor.measure.block_bench.materialize
 
     def flaky(module, **kwargs):
         raise RuntimeError("CUDA out of memory (another process holds the GPU)")
 
-    monkeypatch.setattr(fp8advisor.measure.in_context, "materialize", flaky)
+    monkeypatch.setattr(fp8advisor.measure.block_bench, "materialize", flaky)
     _, second = sweep(tiny, out)
     assert second.failed_units["blocks.{0..1}"].startswith("building the block failed: RuntimeError")
     assert [
         r for r in second.records if r["block"] == "blocks.{0..1}"
     ] == []  # nothing saved against a variant
-    monkeypatch.setattr(fp8advisor.measure.in_context, "materialize", real)
+    monkeypatch.setattr(fp8advisor.measure.block_bench, "materialize", real)
     _, third = sweep(tiny, out)
     assert ("blocks.{0..1}", "tensorwise") in choices_of(out)
     # the head's bf16 failed to build in the second run: that is its recorded outcome, as a grid point's is

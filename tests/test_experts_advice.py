@@ -649,7 +649,7 @@ def test_step_prices_the_experts_per_gpu_and_its_break_even_keeps_P(monkeypatch)
 
 
 def test_suggest_shows_and_writes_the_expert_parallel_degree(moe_world, tmp_path):
-    from fp8advisor.frameworks.formats import read_header
+    from fp8advisor.frameworks.header import read_header
 
     result = _suggest("--ep", "4")
     assert result.exit_code == 0, result.output

@@ -43,6 +43,7 @@ CASES: dict[str, list[str]] = {
     "layers-llama3-8b-all-json": ["layers", LLAMA, "--seq", "2048", "--all", "--json"],
     "layers-moe": ["layers", MOE, "--seq", "4096"],
     "layers-hf-config": ["layers", "data/models/llama31_8b_hf", "--seq", "8192"],
+    "layers-hf-config-json": ["layers", "data/models/tiny_llama_hf", "--seq", "256", "--json"],
     "suggest-llama3-8b": ["suggest", LLAMA, "--seq", "8192"],
     "suggest-llama3-8b-json": ["suggest", LLAMA, "--seq", "8192", "--json"],
     "suggest-h100-step": [

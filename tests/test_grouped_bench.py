@@ -30,8 +30,8 @@ from fp8advisor.measure.schedule import FINISH_RESERVE_S  # noqa: E402
 from fp8advisor.measure.speedups import pair_with_baseline  # noqa: E402
 from fp8advisor.predict.fit import fit_profile  # noqa: E402
 from fp8advisor.predict.fit_error import grouped_leave_one_out  # noqa: E402
-from fp8advisor.predict.grid import GroupedModel  # noqa: E402
 from fp8advisor.predict.grouped_profile import GroupedProfile, GroupedSpeedupPoint  # noqa: E402
+from fp8advisor.predict.interpolation import GroupedModel  # noqa: E402
 from fp8advisor.predict.profile import Profile, dumps_profile  # noqa: E402
 from fp8advisor.predict.profile_files import PROFILE_DIR_ENV, load_profile, save_profile  # noqa: E402
 from fp8advisor.predict.selection import select_profile  # noqa: E402

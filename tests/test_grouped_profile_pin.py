@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fp8advisor.cli import app
-from fp8advisor.frameworks.formats import CHECK_PREFIX
+from fp8advisor.frameworks.header import CHECK_PREFIX
 from fp8advisor.predict.grouped_profile import GroupedProfile, GroupedSpeedupPoint
 from fp8advisor.predict.profile import DeviceInfo, Profile
 from fp8advisor.predict.profile_files import PROFILE_DIR_ENV, save_profile

@@ -265,3 +265,6 @@ def test_old_import_paths_still_work_for_one_release_and_say_so(old, names):
     )
     for name in names:
         assert getattr(module, name) is not None, name
+    star: dict = {}
+    exec(f"from {old} import *", star)  # the old module's public names, as they were
+    assert {name for name in names if not name.startswith("_")} <= set(star)

@@ -61,7 +61,7 @@ def test_debug_keeps_the_library_loggers(monkeypatch, debug):
     import logging
 
     from fp8advisor import compat
-    from fp8advisor.cli import _main
+    from fp8advisor.cli.application import _main
 
     loggers = [logging.getLogger(name) for name in compat.TORCHAO_IMPORT_LOGGERS]
     for logger in loggers:

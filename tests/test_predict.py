@@ -11,7 +11,7 @@ import pytest
 from fp8advisor.errors import ProfileError
 from fp8advisor.gpus import GPU_SPECS
 from fp8advisor.predict.figures import SpeedupPoint
-from fp8advisor.predict.grid import EXTRAPOLATED, INTERPOLATED, LogGridModel, multilinear
+from fp8advisor.predict.interpolation import EXTRAPOLATED, INTERPOLATED, LogGridModel, multilinear
 from fp8advisor.predict.profile import DeviceInfo, Profile, RecipeProfile
 from fp8advisor.predict.profile_files import PROFILE_DIR_ENV, load_profile
 from fp8advisor.predict.roofline import linear_fwd_bwd_time_s, roofline_speedup

@@ -16,6 +16,8 @@ predicted times and the filter list that says it) and a `StepPrediction` of the 
 from fp8advisor._lazy import lazy_exports
 
 _EXPORTS = {
+    "StepConfig": "fp8advisor.advice.step",
+    "StepGpu": "fp8advisor.advice.step",
     "Advice": "fp8advisor.advice.records",
     "LayerAdvice": "fp8advisor.advice.records",
     "advise": "fp8advisor.advice.decide",

@@ -23,7 +23,7 @@ from fp8advisor.inspect.records import ExpertForm, ExpertGemm, ExpertGroup, Mode
 from fp8advisor.predict.figures import weakest_provenance
 from fp8advisor.recipes import Recipe, dims_divisible_by_16
 
-#: `expert_predictor(group, imbalance)` -> `predict.GroupTimes` (None: M per expert unknown).
+#: `expert_predictor(group, imbalance)` -> `predict.speedup.GroupTimes` (None: M per expert unknown).
 ExpertPredictor = Callable[[ExpertGroup, float], Any]
 
 

@@ -19,8 +19,8 @@ from fp8advisor.inspect.records import GemmLayer, LayerStatus
 from fp8advisor.predict.figures import weakest_provenance
 from fp8advisor.recipes import Recipe, dims_divisible_by_16
 
-#: `predictor(recipe, M, K, N)` -> an object with bf16_s, float8_s and speedup (a `predict.Prediction`), as
-#: `fp8advisor.predict.speedup.LayerTimes`.
+#: `predictor(recipe, M, K, N)` -> an object with bf16_s, float8_s and speedup (a
+#: `predict.speedup.Prediction`), as `fp8advisor.predict.speedup.LayerTimes`.
 Predictor = Callable[[Recipe, int, int, int], Any]
 
 

@@ -74,7 +74,7 @@ class LayerAdvice:
 
 @dataclass(frozen=True)
 class ExpertAdvice:
-    """The decision for one group of routed experts (`layers.ExpertGroup`): they convert together.
+    """The decision for one group of routed experts (`inspect.records.ExpertGroup`): they convert together.
 
     `predicted_speedup` is the grouped GEMMs' forward+backward speedup under balanced routing;
     `speedup_range` (low, high) under the `--expert-imbalance` the user stated (None: balanced only).
@@ -101,8 +101,9 @@ class ExpertAdvice:
     provenance: str | None = None  # "modelled" until a measured grouped profile exists
     how: str | None = None
     E_local: int | None = None  # experts per GPU under expert parallelism (None: all E on one GPU)
-    #: `layers.ExpertGroup.other_parameters`: parameters beside the 3-D weights under the experts' module (a
-    #: file converting by module name, torchao's quantize_, would swap them too: it keeps the group bf16).
+    #: `inspect.records.ExpertGroup.other_parameters`: parameters beside the 3-D weights under the experts'
+    #: module (a file converting by module name, torchao's quantize_, would swap them too: it keeps the group
+    #: bf16).
     other_parameters: tuple[str, ...] = ()
     tokens: int | None = None  # rows entering the MoE layer on one GPU (batch x seq)
     M_total: int | None = None  # rows through each of the group's GEMMs on one GPU; None: unknown
@@ -201,7 +202,8 @@ class Advice:
     recipe_options: tuple[RecipeOption, ...] = ()
     notes: tuple[str, ...] = field(default=())
     prediction_error: Any = None  # the profile's held-out error for this recipe (profile.FitError), if known
-    in_context: Any = None  # the in-context results that decided some layers (measured.InContext), if any
+    #: The in-context results that decided some layers (`advice.in_context.InContext`), if any.
+    in_context: Any = None
     #: The decisions the profile alone would have made for the layers decided in context: FQN -> convert.
     profile_decisions: Mapping[str, bool] = field(default_factory=dict)
     #: One decision per group of routed experts (MoE), in module order; empty for a dense model.

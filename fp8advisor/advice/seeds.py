@@ -1,5 +1,5 @@
 """Where the in-context search of `bench --model` starts: the profile's advice and torchao's auto filter for
-each measured unit, besides all-bf16 and "all" (`fp8advisor.measure.in_context` measures from there)."""
+each measured unit, besides all-bf16 and "all" (`fp8advisor.measure.block_bench` measures from there)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from fp8advisor.request import DEFAULT_MIN_SPEEDUP
 
 
 def seed_sets(discovery, recipes: Sequence[str], profile_choice) -> dict[str, dict[str, dict]]:
-    """Where the in-context search of `bench --model` starts (`fp8advisor.measure.in_context`), for each unit
+    """Where the in-context search of `bench --model` starts (`fp8advisor.measure.block_bench`), for each unit
     of `discovery` (`fp8advisor.inspect.blocks.Discovery`).
 
     `seeds[recipe][unit pattern]`: the float8 sets the search starts from besides all-bf16 and "all": the

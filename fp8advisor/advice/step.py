@@ -535,8 +535,8 @@ def _expert_terms(experts_float8, experts_bf16, scaled: Callable[[float], float]
         Term(
             "experts_float8",
             scaled(sum(e.float8_time_s for e in experts_float8)),
-            # the weakest of the bf16 time's (always the grouped roofline: `predict.GroupTimes`) and the
-            # speedups' provenance: a measured speedup over a modelled bf16 time gives modelled seconds
+            # the weakest of the bf16 time's (always the grouped roofline: `predict.speedup.GroupTimes`) and
+            # the speedups' provenance: a measured speedup over a modelled bf16 time gives modelled seconds
             _weakest_or_modelled([MODELLED, *(e.provenance for e in experts_float8 if e.provenance)]),
             f"{len(experts_float8)} routed expert group(s) in float8 (rowwise grouped GEMMs): the grouped "
             "roofline's bf16 time / predicted speedup at balanced routing" + in_step,

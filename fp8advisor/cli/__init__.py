@@ -16,6 +16,6 @@ from fp8advisor.cli import (  # noqa: E402, F401
     suggest_cmd,
     verify_cmd,
 )
-from fp8advisor.cli.application import _main, app, command, console, err_console, main, state  # noqa: F401
+from fp8advisor.cli.application import app, command, console, err_console, main, state  # noqa: F401
 
 __all__ = ["app", "command", "console", "err_console", "main", "state"]

@@ -1,5 +1,5 @@
 """`fp8advisor bench --model`: the model's own blocks, measured in context
-(`fp8advisor.measure.in_context`)."""
+(`fp8advisor.measure.block_bench`)."""
 
 from __future__ import annotations
 

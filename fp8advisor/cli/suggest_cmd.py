@@ -343,7 +343,7 @@ def _recipes_the_format_holds(config_format: ConfigFormat | None) -> tuple[Recip
 def _in_context_reader(
     measured: str | None, automatic: bool, model_layers, choice, gpu: str | None, tensor_parallel: int
 ):
-    """`measured.in_context_reader` for the GPU family of --gpu, else of the profile."""
+    """`advice.in_context.in_context_reader` for the GPU family of --gpu, else of the profile."""
     from fp8advisor.advice.in_context import in_context_reader
     from fp8advisor.gpus import gpu_family
 

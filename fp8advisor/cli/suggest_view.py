@@ -360,8 +360,8 @@ def _imbalance_words(advice: Advice) -> str:
 
 def _experts_share_line(advice: Advice) -> str:
     """The routed experts' share of the predicted bf16 GEMM time, and the speedups that count them, each
-    marked modelled: the grouped experts' bf16 time is always the grouped roofline's (`predict.GroupTimes`),
-    whatever the provenance of their speedups."""
+    marked modelled: the grouped experts' bf16 time is always the grouped roofline's
+    (`predict.speedup.GroupTimes`), whatever the provenance of their speedups."""
     share = advice.experts_share or 0.0
     parts = []
     for strategy in advice.strategies:

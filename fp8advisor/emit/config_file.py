@@ -85,8 +85,8 @@ def render(
 ) -> str:
     """The text of the config file in format `fmt`. `output`: the path as typed; for the filter format a name
     ending in .json gives the bare JSON list, any other YAML. `predictor`: the advice's own
-    (`advise.default_predictor` of its profile), with which the megatron format decides a fused GEMM as one;
-    without it, by the sum of its parts' predicted times."""
+    (`advice.linears.default_predictor` of its profile), with which the megatron format decides a fused GEMM
+    as one; without it, by the sum of its parts' predicted times."""
     fmt = parse_format(fmt)
     check_format_recipe(fmt, advice.recipe)  # a file FP8 is off in must still be one its framework takes
     if fmt is ConfigFormat.MEGATRON:

@@ -12,7 +12,8 @@ from fp8advisor import __version__
 from fp8advisor.advice.records import Advice
 from fp8advisor.emit.experts import converted_expert_modules
 from fp8advisor.files import GENERATED_MARK
-from fp8advisor.frameworks.formats import CHECK_PREFIX, ConfigFormat
+from fp8advisor.frameworks.formats import ConfigFormat
+from fp8advisor.frameworks.header import CHECK_PREFIX
 from fp8advisor.predict.selection import NO_GROUPED_PROFILE
 from fp8advisor.request import SuggestRequest
 

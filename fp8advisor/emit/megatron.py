@@ -113,7 +113,7 @@ class MegatronModule:
     float8_time_s: float
 
     @property
-    def fqn(self) -> str:  # for `layers.fold_repeated`
+    def fqn(self) -> str:  # for `inspect.folding.fold_repeated`
         return self.name
 
     @property
@@ -306,9 +306,10 @@ def _module(
 
 
 def plan(advice: Advice, predictor: Predictor | None = None) -> MegatronPlan:
-    """The advice on Megatron's GPTModel. `predictor`: the advice's own (`advise.default_predictor` of its
-    profile) to decide each fused module as one GEMM; without it, by the sum of its parts' predicted times.
-    Raises ConfigError (exit 2) for a model whose Linear layers do not map, or a recipe TE does not have."""
+    """The advice on Megatron's GPTModel. `predictor`: the advice's own (`advice.linears.default_predictor` of
+    its profile) to decide each fused module as one GEMM; without it, by the sum of its parts' predicted
+    times. Raises ConfigError (exit 2) for a model whose Linear layers do not map, or a recipe TE does not
+    have."""
     check_recipe(advice.recipe)
     blocks, head_layer = _locate(advice)
     n_layers = _check_complete(blocks)

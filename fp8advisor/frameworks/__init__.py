@@ -5,8 +5,8 @@ Megatron-Core) and a config file. Out: `ConfigFormat`, which Linear layers each 
 filter (`filters`), and a config file read back as its framework would (`reader.read_config` ->
 `FrameworkConfig`), a Python filter evaluated from its syntax without running it (`filter_eval`).
 
-- `formats`: the format list, shared by the writer (`fp8advisor.emit`), the reader and the simulation, and the
-  header a written config carries (`read_header`).
+- `formats`: the format list, shared by the writer (`fp8advisor.emit`), the reader and the simulation;
+  `header`: the header a written config carries, read back (`read_header`).
 - `filters`: each framework's conversion rule on names and shapes, and torchao's auto filter (simulation).
 - `shortest_filter`: the shortest exact filter list (`FilterList`), found by the set-cover search of
   `filter_cover`.
@@ -23,8 +23,8 @@ from fp8advisor._lazy import lazy_exports
 _EXPORTS = {
     "ConfigFormat": "fp8advisor.frameworks.formats",
     "parse_format": "fp8advisor.frameworks.formats",
-    "read_header": "fp8advisor.frameworks.formats",
-    "SuggestHeader": "fp8advisor.frameworks.formats",
+    "read_header": "fp8advisor.frameworks.header",
+    "SuggestHeader": "fp8advisor.frameworks.header",
     "shortest_exact_filter": "fp8advisor.frameworks.shortest_filter",
     "auto_filter_keeps": "fp8advisor.frameworks.filters",
     "read_config": "fp8advisor.frameworks.reader",

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from fp8advisor.errors import ConfigError
 from fp8advisor.frameworks.config_record import FrameworkConfig
-from fp8advisor.frameworks.formats import ConfigFormat, parse_format, read_header
+from fp8advisor.frameworks.formats import ConfigFormat, parse_format
+from fp8advisor.frameworks.header import read_header
 from fp8advisor.frameworks.python_file import call_name, parse_python
 from fp8advisor.frameworks.torchao_reader import read_accelerate, read_torchao
 from fp8advisor.frameworks.torchtitan_reader import read_torchtitan_py, read_torchtitan_toml

@@ -9,7 +9,7 @@ measured point, written so that a kill loses at most the point in flight and a r
   `grouped`: the grouped expert GEMMs of MoE models and theirs; `sweep`: the sweep runner (`run_sweep`) and
   the one results line every grid point leaves; `protocol`: how one configuration is measured, whatever the
   workload (`BenchSettings`, `time_step`).
-- `in_context`: a model's blocks measured in context, `block_sweep` the sweep over them, with `block_search`
+- `block_bench`: a model's blocks measured in context, `block_sweep` the sweep over them, with `block_search`
   choosing their float8 sets.
 - `schedule` (order, shards, time budget), `precompile` (compiling in worker processes), `timers` (the GPU and
   CPU timers and their honesty checks).

@@ -1,5 +1,5 @@
 """The sweep of `fp8advisor bench --model` over a model's units (`run_block_sweep`): each unit measured in
-context (`fp8advisor.measure.in_context`), its float8 set chosen by the local search of
+context (`fp8advisor.measure.block_bench`), its float8 set chosen by the local search of
 `fp8advisor.measure.block_search`.
 
 A block sweep has the same header, metadata, lock, time budget and resume as `bench`: a variant already saved
@@ -19,8 +19,7 @@ from pathlib import Path
 from fp8advisor.files import DirectoryLock, check_output_directory
 from fp8advisor.inspect.blocks import Discovery, Unit
 from fp8advisor.measure import results as results_store
-from fp8advisor.measure.block_search import Timing, Variant, local_search
-from fp8advisor.measure.in_context import (
+from fp8advisor.measure.block_bench import (
     BLOCK_EMULATED_METHOD,
     BLOCK_GPU_METHOD,
     CONTEXT,
@@ -30,6 +29,7 @@ from fp8advisor.measure.in_context import (
     choice_record,
     variant_recipe,
 )
+from fp8advisor.measure.block_search import Timing, Variant, local_search
 from fp8advisor.measure.protocol import BenchSettings, failure_reason
 from fp8advisor.measure.run_writer import RunWriter, make_header, new_run_id, utc_now
 from fp8advisor.measure.schedule import DurationEstimator, TimeBudget

@@ -114,7 +114,7 @@ class Run:
     path: Path
     problems: tuple[str, ...] = ()
     #: In-context runs (`bench --model`, header "context": "block"): each variant of a block measured, and
-    #: each block's chosen float8 set per recipe (`fp8advisor.measure.in_context`). Empty in a grid run.
+    #: each block's chosen float8 set per recipe (`fp8advisor.measure.block_bench`). Empty in a grid run.
     blocks: tuple[dict, ...] = ()
     choices: tuple[dict, ...] = ()
 

@@ -11,7 +11,8 @@ extrapolated).
   profiles on disk; `selection`: which one a GPU gets (`select_profile`).
 - `measurements`: bench results and speedup tables read for fitting; `fit`: results -> profile
   (`fit_profile`), with its leave-one-out error (`fit_error`) and break-even thresholds (`thresholds`).
-- `grid`: interpolation in log space over measured grids (Linear and grouped); `speedup`: the predictions
+- `interpolation`: interpolation in log space over measured grids (Linear and grouped); `speedup`: the
+predictions
   (`predict_speedup`, `predicted_times_s`, `predict_expert_group`).
 """
 

@@ -8,7 +8,7 @@ summarises, per recipe and per M, which (K, N) pay as a simple rule set beside t
 (`fp8advisor.predict.thresholds`). Modelled profiles (`roofline_profile`) need no measurements.
 
 Grouped expert GEMM results (`bench --grouped`) fit the profile's `grouped` section (`GroupedProfile`): their
-speedups over (E, M_per_expert, K, N), predicted by `fp8advisor.predict.grid`, with the same
+speedups over (E, M_per_expert, K, N), predicted by `fp8advisor.predict.interpolation`, with the same
 leave-one-out error (`grouped_leave_one_out`). Linear and grouped results of one GPU may be fitted together
 into one profile.
 """
@@ -27,12 +27,12 @@ from fp8advisor.errors import ResultsError
 from fp8advisor.gpus import FAMILY_COMPUTE_CAPABILITY, GPU_SPECS, GpuSpecs, get_specs, gpu_family
 from fp8advisor.predict.figures import FitError, SpeedupPoint
 from fp8advisor.predict.fit_error import PointT, grouped_leave_one_out, leave_one_out, roofline_error
-from fp8advisor.predict.grid import grouped_model
 from fp8advisor.predict.grouped_profile import (
     GROUPED_INTERPOLATION_MODEL,
     GroupedProfile,
     GroupedSpeedupPoint,
 )
+from fp8advisor.predict.interpolation import grouped_model
 from fp8advisor.predict.measurements import Measurements, load_measurements
 from fp8advisor.predict.profile import DeviceInfo, Profile, RecipeProfile
 from fp8advisor.predict.speedup import INTERPOLATION_MODEL

@@ -4,8 +4,8 @@ comparison.
 Leave-one-out predicts each measured point from all the others with the predictor the profile itself uses
 (`held_out_error` over a function that builds a model from points): for Linear points the log-space
 interpolation of `fp8advisor.predict.speedup` with its roofline rule below the grid (`leave_one_out`), for
-grouped expert GEMM points `fp8advisor.predict.grid.GroupedModel` (`grouped_leave_one_out`). `fit` stores the
-result in the profile as its `FitError`; `roofline_error` is what `fit` prints beside it.
+grouped expert GEMM points `fp8advisor.predict.interpolation.GroupedModel` (`grouped_leave_one_out`). `fit`
+stores the result in the profile as its `FitError`; `roofline_error` is what `fit` prints beside it.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import numpy as np
 
 from fp8advisor.gpus import GpuSpecs
 from fp8advisor.predict.figures import FitError, SpeedupPoint
-from fp8advisor.predict.grid import GroupedModel, LogGridModel
 from fp8advisor.predict.grouped_profile import GroupedSpeedupPoint
+from fp8advisor.predict.interpolation import GroupedModel, LogGridModel
 from fp8advisor.predict.roofline import roofline_speedup
 from fp8advisor.predict.speedup import INTERPOLATION_MODEL, extrapolate, roofline_ratio
 from fp8advisor.recipes import Recipe

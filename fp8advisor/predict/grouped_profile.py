@@ -2,7 +2,8 @@
 
 Measured by `bench --grouped` over (E, M_per_expert, K, N), fitted by `fp8advisor fit` into a profile's
 `grouped` section (schema `fp8advisor.profile/1`, optional: profiles without one read and write as before),
-and predicted by `fp8advisor.predict.grid.GroupedModel` (`GROUPED_INTERPOLATION_MODEL` says its rule).
+and predicted by `fp8advisor.predict.interpolation.GroupedModel` (`GROUPED_INTERPOLATION_MODEL` says its
+rule).
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ class GroupedProfile:
     model: Mapping[str, Any] = field(default_factory=lambda: dict(GROUPED_INTERPOLATION_MODEL), hash=False)
 
     def speedup_at(self, E: int, M_per_expert: float, K: int, N: int) -> tuple[float, str] | None:
-        from fp8advisor.predict.grid import grouped_model
+        from fp8advisor.predict.interpolation import grouped_model
 
         if not self.points:
             return None

@@ -38,7 +38,7 @@ import numpy as np
 
 from fp8advisor.gpus import GPU_SPECS, GpuSpecs
 from fp8advisor.predict.figures import SpeedupPoint
-from fp8advisor.predict.grid import EXTRAPOLATED, INTERPOLATED, LogGridModel
+from fp8advisor.predict.interpolation import EXTRAPOLATED, INTERPOLATED, LogGridModel
 from fp8advisor.predict.profile import Profile
 from fp8advisor.predict.roofline import (
     GROUPED_RECIPE,
@@ -321,9 +321,9 @@ def _routed_times(
 
 
 def predict_expert_group(profile, group, imbalance: float = 1.0) -> GroupTimes | None:
-    """bf16 and float8 times of a group of routed experts (`layers.ExpertGroup`) under balanced routing, and
-    the speedup range under `imbalance` (see `roofline.routed_rows`; clamped to E). None when M per expert is
-    unknown.
+    """bf16 and float8 times of a group of routed experts (`inspect.records.ExpertGroup`) under balanced
+    routing, and the speedup range under `imbalance` (see `roofline.routed_rows`; clamped to E). None when M
+    per expert is unknown.
 
     The figure comes from the profile's measured grouped profile (`profile.grouped.speedup_at(E, M per
     expert, K, N)`) when it has one and it answers, else from the grouped roofline of the profile's GPU family

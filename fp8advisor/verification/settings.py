@@ -22,11 +22,11 @@ def advice_settings(
 ) -> tuple[SuggestRequest, tuple[str, ...], str | None]:
     """The request to advise with: each setting `given` on the command line (not None; the names of
     `SuggestRequest`), else the one in the header `fp8advisor suggest` wrote into the config
-    (`fp8advisor.frameworks.formats.read_header`), else the default. Also the names of the settings taken from
+    (`fp8advisor.frameworks.header.read_header`), else the default. Also the names of the settings taken from
     the header, and one line saying where the command line disagrees with the header (the command line wins;
     a `target` other than the one the header names is said too), or None. A file without such a header (or
     none at all: `read_config` reports that) gives the command line and the defaults."""
-    from fp8advisor.frameworks.formats import read_header
+    from fp8advisor.frameworks.header import read_header
 
     try:
         header = read_header(Path(config_path).read_text(encoding="utf-8"))
