@@ -135,6 +135,7 @@ def test_output_is_unchanged(name, tmp_path, monkeypatch):
     for folder in ("data", "tests"):
         (tmp_path / folder).symlink_to(REPO / folder)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FP8ADVISOR_PROFILE_DIR", str(tmp_path / "profiles"))  # no user profile answers
     if name in NEEDS:
         _run(NEEDS[name], tmp_path)
     seen = _run(name, tmp_path)
