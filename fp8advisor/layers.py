@@ -4,6 +4,7 @@
 import warnings
 
 from fp8advisor import compat as _compat
+from fp8advisor._lazy import forwarded_names
 from fp8advisor.inspect import experts as _experts
 from fp8advisor.inspect import folding as _folding
 from fp8advisor.inspect import forward as _forward
@@ -58,21 +59,8 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    if name.startswith("__"):  # the module's own dunders (`__path__`, ...) are not forwarded
-        raise AttributeError(f"module 'fp8advisor.layers' has no attribute {name!r}")
-    new_name = _RENAMED.get(name, name)
-    for module in (
-        _layers,
-        _records,
-        _recorder,
-        _forward,
-        _rows,
-        _experts,
-        _folding,
-        _model_config,
-        _compat,
-    ):
-        if hasattr(module, new_name):
-            return getattr(module, new_name)
-    raise AttributeError(f"module 'fp8advisor.layers' has no attribute {name!r}")
+__getattr__ = forwarded_names(
+    "fp8advisor.layers",
+    (_layers, _records, _recorder, _forward, _rows, _experts, _folding, _model_config, _compat),
+    _RENAMED,
+)

@@ -3,6 +3,7 @@ series, with a DeprecationWarning."""
 
 import warnings
 
+from fp8advisor._lazy import forwarded_names
 from fp8advisor.inspect import inputs as _inputs
 from fp8advisor.inspect import sandbox as _sandbox
 from fp8advisor.inspect import spec as _spec
@@ -33,10 +34,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    if name.startswith("__"):  # the module's own dunders (`__path__`, ...) are not forwarded
-        raise AttributeError(f"module 'fp8advisor.target' has no attribute {name!r}")
-    for module in (_target, _spec, _sandbox, _inputs):
-        if hasattr(module, name):
-            return getattr(module, name)
-    raise AttributeError(f"module 'fp8advisor.target' has no attribute {name!r}")
+__getattr__ = forwarded_names("fp8advisor.target", (_target, _spec, _sandbox, _inputs))
