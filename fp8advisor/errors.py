@@ -35,6 +35,17 @@ def quote(value: Any) -> str:
     return clip(_QUOTE.repr(value), 300)
 
 
+def describe_error(error: BaseException) -> str:
+    """`TypeName: first line of the message` (just the type name when the message is empty), for any
+    exception, including one from the user's code whose `__str__` raises or returns a non-string."""
+    try:
+        text = str(error).strip().splitlines()
+    except Exception:  # noqa: BLE001 - the user's own exception class: its __str__ may do anything
+        text = ["(its message cannot be shown: its __str__ raised)"]
+    first = text[0] if text else ""
+    return clip(f"{type(error).__name__}: {first}" if first else type(error).__name__, 300)
+
+
 class AdvisorError(Exception):
     """Base class: `message` says what is wrong, `hint` what to do, `location` where ("file.py:12")."""
 

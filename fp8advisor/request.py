@@ -1,7 +1,11 @@
 """The settings of one suggestion, in one record: what `suggest` is asked, what a config's header keeps, and
 what `verify` advises with.
 
-`SuggestRequest` holds each setting once, with its one default. The CLI builds it from `suggest`'s options;
+`SuggestRequest` holds each setting once, with its one default, and refuses (`AdvisorError`, exit 2) a value
+no run could have, however the request is built (the CLI, a config's header, `verify` merging the two):
+`--batch` and `--seq` below 1, a degree (`--tp`, `--ep`) below 1 or above `MAX_DEGREE`, a `--min-speedup`
+that is not a finite number in (0, `MAX_MIN_SPEEDUP`]. The checks that need the model (a degree larger than
+a layer, an `--ep` that does not divide E) are `advise`'s. The CLI builds it from `suggest`'s options;
 the writer (`fp8advisor.emit`) turns it into the regenerate command of a config's header (`command_words`);
 the reader (`fp8advisor.frameworks.header.read_header`) turns that command back into a request
 (`from_command`); `verify` merges its own command line with the header's request (`merge_with_header`).
@@ -9,10 +13,14 @@ the reader (`fp8advisor.frameworks.header.read_header`) turns that command back 
 
 from __future__ import annotations
 
+import math
+import numbers
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
+
+from fp8advisor.errors import AdvisorError, quote
 
 DEFAULT_BATCH = 1
 DEFAULT_SEQ = 8192
@@ -27,6 +35,46 @@ AUTO = "auto"
 #: held-out error (3.0% median, 13% worst on the published H100 table, leave-one-out over 216 points); a team
 #: that wants a wider margin against it raises `--min-speedup` (e.g. 1.05).
 DEFAULT_MIN_SPEEDUP = 1.01
+#: The largest `--min-speedup`: float8 GEMMs peak at twice bf16's, so no layer gets near it; a larger number
+#: is a typo (and would print as hundreds of digits in every reason).
+MAX_MIN_SPEEDUP = 100.0
+#: The largest parallel degree taken (`--tp`, `--ep`, the step model's `--world-size`): about a million GPUs.
+#: A larger number is a typo, and slices and shards of it would round to nothing.
+MAX_DEGREE = 1 << 20
+
+
+def check_positive_int(option: str, value: Any, *, most: int | None = None, hint: str | None = None) -> int:
+    """`value` as an int from 1 to `most`, or one `AdvisorError` naming `option` (a bool or a float is not a
+    count)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise AdvisorError(f"{option} must be a whole number, not {quote(value)}", hint=hint)
+    if value < 1:
+        raise AdvisorError(f"{option} must be 1 or more, not {quote(value)}", hint=hint)
+    if most is not None and value > most:
+        raise AdvisorError(f"{option} must be at most {most:,}, not {quote(value)}", hint=hint)
+    return int(value)
+
+
+def check_degree(option: str, value: Any) -> int:
+    """A parallel degree (`--tp`, `--ep`, `--world-size`): an int from 1 to `MAX_DEGREE`."""
+    return check_positive_int(
+        option, value, most=MAX_DEGREE, hint=f"{option} is a number of GPUs (1: no parallelism), e.g. 8"
+    )
+
+
+def check_min_speedup(value: Any) -> float:
+    """`--min-speedup` as a finite number in (0, `MAX_MIN_SPEEDUP`], or one `AdvisorError`."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        number = math.nan
+    if isinstance(value, bool) or not (0 < number <= MAX_MIN_SPEEDUP):  # NaN fails every comparison
+        raise AdvisorError(
+            f"--min-speedup must be a positive number no larger than {MAX_MIN_SPEEDUP:g}, not {quote(value)}",
+            hint="the speedup a layer must be predicted to reach to be converted, e.g. 1.05",
+        )
+    return number
+
 
 #: setting -> its option on the command line, in the record's order.
 OPTIONS = {
@@ -69,6 +117,14 @@ class SuggestRequest:
     measured: str | None = None  # --measured: in-context results; None: found automatically, or none
     expert_parallel: int = 1  # --ep: the routed experts are decided per GPU (E / P experts)
     grouped_profile: str | None = None  # --grouped-profile; None: found automatically, or none
+
+    def __post_init__(self) -> None:
+        """Refuse a value no run could have (the module docstring), whoever built the request."""
+        check_positive_int("--batch", self.batch, hint="sequences per step on one GPU, e.g. 1")
+        check_positive_int("--seq", self.seq, hint="tokens per sequence, e.g. 8192")
+        check_min_speedup(self.min_speedup)
+        check_degree("--tp", self.tensor_parallel)
+        check_degree("--ep", self.expert_parallel)
 
     def command_words(
         self,
@@ -113,7 +169,8 @@ class SuggestRequest:
     @classmethod
     def from_command(cls, line: str) -> tuple[SuggestRequest, frozenset[str], str | None] | None:
         """The request a regenerate command holds (the inverse of `command`), the settings it names (the
-        others are defaults) and its `--format`; None when `line` is no such command."""
+        others are defaults) and its `--format`; None when `line` is no such command (or names a value no
+        request takes: `suggest` never writes one)."""
         try:
             words = shlex.split(line)
         except ValueError:
@@ -130,9 +187,10 @@ class SuggestRequest:
                 if option in by_option:
                     name = by_option[option]
                     values[name] = _TYPES[name](value)
-        except ValueError:
+            request = cls(target=words[2], **values)
+        except (ValueError, AdvisorError):
             return None
-        return cls(target=words[2], **values), frozenset(values), options.get("--format")
+        return request, frozenset(values), options.get("--format")
 
     def merge_with_header(
         self, given: Mapping[str, Any], written: Mapping[str, Any] | None
@@ -176,4 +234,16 @@ _TYPES = {
     "measured": str,
 }
 
-__all__ = ["AUTO", "DEFAULT_BATCH", "DEFAULT_MIN_SPEEDUP", "DEFAULT_SEQ", "OPTIONS", "SuggestRequest"]
+__all__ = [
+    "AUTO",
+    "DEFAULT_BATCH",
+    "DEFAULT_MIN_SPEEDUP",
+    "DEFAULT_SEQ",
+    "MAX_DEGREE",
+    "MAX_MIN_SPEEDUP",
+    "OPTIONS",
+    "SuggestRequest",
+    "check_degree",
+    "check_min_speedup",
+    "check_positive_int",
+]

@@ -225,7 +225,7 @@ def test_nemo_yaml(tmp_path):
     assert any("fancy_new_option" in note for note in config.notes)  # ignored, as NeMo ignores it
 
 
-@pytest.mark.parametrize("enabled_line", ["enabled: false", "", "enabled: yes-please"])
+@pytest.mark.parametrize("enabled_line", ["enabled: false", ""])
 def test_nemo_fp8_must_be_enabled(tmp_path, enabled_line):
     config = read_config(
         write(
@@ -234,6 +234,13 @@ def test_nemo_fp8_must_be_enabled(tmp_path, enabled_line):
     )
     assert not config.enabled
     assert not config.decides(linear(4096, 4096), "model.layers.3.self_attn.q_proj")
+
+
+def test_nemo_fp8_enabled_that_is_not_a_boolean_is_refused(tmp_path):
+    """NeMo AutoModel tests `fp8.enabled` for truth: "yes-please" (and "false") would turn FP8 on there."""
+    with pytest.raises(ConfigError, match="fp8.enabled must be true or false, not a string 'yes-please'"):
+        text = NEMO.replace("  enabled: true\n  recipe", "  enabled: yes-please\n  recipe")
+        read_config(write(tmp_path, "recipe.yaml", text))
 
 
 def test_nemo_string_filter_fqns_is_read_character_by_character_as_nemo_does(tmp_path):
@@ -249,11 +256,12 @@ def test_nemo_string_filter_fqns_is_read_character_by_character_as_nemo_does(tmp
 
 
 def test_a_huge_value_is_quoted_short_and_fast(tmp_path):
-    """A YAML alias bomb: the message quotes a few hundred characters, built without expanding the value."""
+    """A large value made of YAML aliases (9**5 strings: larger ones are refused as the YAML is read,
+    `reading.parse_yaml`): the message quotes a few hundred characters, built without expanding the value."""
     lines = ["a: &a [" + ", ".join(['"lol"'] * 9) + "]"]
-    for previous, name in zip("abcdefgh", "bcdefghi", strict=True):
+    for previous, name in zip("abcd", "bcde", strict=True):
         lines.append(f"{name}: &{name} [" + ", ".join([f"*{previous}"] * 9) + "]")
-    lines.append("fp8:\n  enabled: true\n  recipe_name: rowwise\n  filter_fqns: [*i]")
+    lines.append("fp8:\n  enabled: true\n  recipe_name: rowwise\n  filter_fqns: [*e]")
     with pytest.raises(ConfigError, match="must be a list of strings") as error:
         read_config(write(tmp_path, "recipe.yaml", "\n".join(lines) + "\n"))
     assert len(str(error.value)) < 1000

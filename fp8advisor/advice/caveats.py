@@ -1,6 +1,7 @@
 """The warnings and notes that come with the advice: what could make it wrong, or not run.
 
-About the set-up (a GPU without FP8 tensor cores, token counts not divisible by 16, tensor parallelism), about
+About the set-up (a GPU without FP8 tensor cores, token counts not divisible by 16, tensor parallelism and the
+layers it would split unevenly, named), about
 the decision (nothing worth converting, a filter list that cannot be exact) and about the figures behind it
 (roofline figures, extrapolation, a profile whose held-out error exceeds `LARGE_PROFILE_ERROR`); and about the
 routed experts (unknown top_k, M per expert below 16, modelled figures, `--tp` and `--ep`).
@@ -8,6 +9,7 @@ routed experts (unknown top_k, M per expert below 16, modelled figures, `--tp` a
 
 from __future__ import annotations
 
+from fp8advisor.advice.linears import unevenly_split_layers
 from fp8advisor.advice.records import Advice
 from fp8advisor.device import MIN_FP8_CAPABILITY
 from fp8advisor.inspect.records import ExpertForm, ModelLayers
@@ -76,6 +78,16 @@ def _setup_warnings(model_layers: ModelLayers, tensor_parallel: int, device_capa
             "tensor parallelism in bf16 all-gathers (float8 all-gather needs tensorwise); smaller shards "
             "gain less "
             "(pytorch/torchtitan#1207)"
+        )
+    uneven = unevenly_split_layers(model_layers.layers, tensor_parallel)
+    if uneven:
+        named = ", ".join(f"{layer.fqn} {layer.K}x{layer.N}" for layer in uneven[:3])
+        warnings.append(
+            f"--tp {tensor_parallel} does not divide K or N of {len(uneven)} layer(s) ({named}"
+            f"{', ...' if len(uneven) > 3 else ''}): tensor parallelism would split them unevenly "
+            "(Megatron-LM refuses such a degree; DTensor pads the slices). They are predicted at their "
+            "widest slice and kept in bf16 (float8 needs every GPU's slice a multiple of 16): choose a --tp "
+            "that divides the layers' widths"
         )
     return warnings
 

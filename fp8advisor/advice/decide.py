@@ -12,7 +12,6 @@ the warnings and notes (`fp8advisor.advice.caveats`). The result is an `Advice`
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,7 +24,7 @@ from fp8advisor.advice.experts import (
     decide_experts,
     default_expert_predictor,
 )
-from fp8advisor.advice.linears import Predictor, decide_layers, default_predictor
+from fp8advisor.advice.linears import Predictor, decide_layers, default_predictor, unsplittable_layers
 from fp8advisor.advice.recipe_choice import choose_recipe
 from fp8advisor.advice.records import Advice, ExpertAdvice, LayerAdvice, RecipeOption
 from fp8advisor.advice.strategies import compare_strategies
@@ -33,7 +32,7 @@ from fp8advisor.frameworks.filters import Framework
 from fp8advisor.frameworks.shortest_filter import shortest_exact_filter
 from fp8advisor.inspect.records import ExpertForm, ModelLayers
 from fp8advisor.recipes import ALL_RECIPES, Recipe, dims_divisible_by_16, parse_recipe
-from fp8advisor.request import AUTO, DEFAULT_MIN_SPEEDUP
+from fp8advisor.request import AUTO, DEFAULT_MIN_SPEEDUP, check_degree, check_min_speedup
 
 
 @dataclass(frozen=True)
@@ -85,7 +84,7 @@ def advise(
     at M total x P / E rows each under balanced routing (`local_experts`); P must divide every group's E.
     The dense Linear layers do not depend on P; the all-to-all dispatch and combine are not modelled.
     """
-    _check_min_speedup_and_tp(min_speedup, tensor_parallel)
+    _check_settings(model_layers, min_speedup, tensor_parallel)
     inputs = AdviceInputs(
         model_layers,
         profile_choice,
@@ -133,17 +132,23 @@ def advise(
     return _with_warnings(advice, model_layers, device_capability)
 
 
-def _check_min_speedup_and_tp(min_speedup: float, tensor_parallel: int) -> None:
-    """One clear error for a `--min-speedup` that is not a positive number, or a `--tp` below 1."""
-    if not (min_speedup > 0 and math.isfinite(min_speedup)):
-        from fp8advisor.errors import AdvisorError
+def _check_settings(model_layers: ModelLayers, min_speedup: float, tensor_parallel: int) -> None:
+    """One clear error for a `--min-speedup` that is not a positive number (`request.check_min_speedup`), a
+    `--tp` that is no degree (`request.check_degree`), or one wider than both K and N of a layer it would
+    split (`linears.unsplittable_layers`: a GPU would get an empty slice)."""
+    from fp8advisor.errors import AdvisorError
 
-        raise AdvisorError(f"--min-speedup must be a positive number, not {min_speedup}", hint="e.g. 1.05")
-    if tensor_parallel < 1:
-        from fp8advisor.errors import AdvisorError
-
+    check_min_speedup(min_speedup)
+    check_degree("--tp", tensor_parallel)
+    unsplittable = unsplittable_layers(model_layers.layers, tensor_parallel)
+    if unsplittable:
+        named = ", ".join(f"{layer.fqn} {layer.K}x{layer.N}" for layer in unsplittable[:3])
+        narrowest = min(max(layer.K, layer.N) for layer in unsplittable)
         raise AdvisorError(
-            f"--tp must be 1 or more, not {tensor_parallel}", hint="the tensor-parallel degree"
+            f"--tp {tensor_parallel} is larger than both K and N of {len(unsplittable)} layer(s) ({named}"
+            f"{', ...' if len(unsplittable) > 3 else ''}): a GPU's slice would be empty",
+            hint=f"tensor parallelism splits each layer's K or N over the GPUs: use at most {narrowest}, "
+            "a degree that divides the layers' widths (e.g. 2, 4 or 8)",
         )
 
 

@@ -4,8 +4,12 @@ compares with what the profile alone would have advised.
 Results belong to a model at a token count (the fingerprint of `fp8advisor.inspect.blocks.model_fingerprint`)
 on a GPU type: `find_in_context` keeps the block choices of runs with this model's fingerprint, measured on a
 GPU of the advice's family, for the recipe advised (the latest run wins per block). Emulated runs are never
-advice. Every instance of a measured block is decided by its block's chosen set, with provenance "measured
-in context"; every other layer falls back to the profile.
+advice. Every record is checked field by field as the file is read (`fp8advisor.measure.results`): in the
+profile directory's in-context/, found on their own, a bad file or line is passed over and named (one bad
+file must not break every `suggest`); in a directory named with --measured it is an error.
+
+Every instance of a measured block is decided by its block's chosen set, with provenance "measured in
+context"; every other layer falls back to the profile.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fp8advisor.errors import AdvisorError
+from fp8advisor.errors import AdvisorError, ResultsError
 from fp8advisor.inspect.blocks import member_fqn
 from fp8advisor.measure.block_search import Timing
 from fp8advisor.recipes import Recipe
@@ -87,27 +91,60 @@ def _timing(wall) -> Timing | None:
         return None
 
 
-def find_in_context(
-    directory: Path, *, fingerprint: str, family: str | None, recipe: str, automatic: bool
-) -> InContext | None:
-    """The block choices in `directory` for this model fingerprint, GPU family and recipe; None when there are
-    none. Named with --measured (not `automatic`), a directory with nothing usable is an error saying what
-    it holds; emulated results are refused either way."""
-    from fp8advisor.gpus import gpu_family
+def _runs(directory: Path, automatic: bool, passed_over: list[str] | None) -> list:
+    """The in-context runs in `directory`, every record checked (`fp8advisor.measure.results.read_run`).
+
+    Found on their own (`automatic`), a file that cannot be read and a line that cannot be used are passed
+    over and named in `passed_over` (each once); named with --measured, either is an error naming the file
+    and line (a torn last line, left by a kill, is passed over in both cases)."""
     from fp8advisor.measure.results import runs_in
 
+    if automatic:
+        found: list[str] = []
+        runs = runs_in(directory, problems=found)
+        found += [problem for run in runs for problem in run.problems]
+    else:
+        if not directory.is_dir():
+            raise ResultsError(
+                f"--measured {directory} is not a directory", hint="give the --out of bench --model"
+            )
+        runs = runs_in(directory)  # a file that cannot be read: ResultsError
+        damaged = [problem for run in runs for problem in run.damaged]
+        if damaged:
+            more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
+            raise ResultsError(
+                f"--measured {directory}: a line cannot be used: {damaged[0]}{more}",
+                hint="bench --model writes these files: measure again into a new --out, or remove the line",
+            )
+        found = [run.torn for run in runs if run.torn]
+    if passed_over is not None:
+        passed_over.extend(problem for problem in found if problem not in passed_over)
+    return [run for run in runs if run.in_context]
+
+
+def find_in_context(
+    directory: Path,
+    *,
+    fingerprint: str,
+    family: str | None,
+    recipe: str,
+    automatic: bool,
+    passed_over: list[str] | None = None,
+) -> InContext | None:
+    """The block choices in `directory` for this model fingerprint, GPU family and recipe; None when there are
+    none. Named with --measured (not `automatic`), a directory with nothing usable, or a file or line in it
+    that cannot be read, is an error saying what it holds; found on their own, such files and lines are
+    named in `passed_over` and skipped (`_runs`). Emulated results are refused either way."""
+    from fp8advisor.gpus import gpu_family
+
     directory = Path(directory)
-    if not automatic and not directory.is_dir():
-        raise AdvisorError(
-            f"--measured {directory} is not a directory", hint="give the --out of bench --model"
-        )
-    runs = [run for run in runs_in(directory, problems=[]) if run.in_context]
+    runs = _runs(directory, automatic, passed_over)
     mine = [run for run in runs if (run.header.get("model") or {}).get("fingerprint") == fingerprint]
     real = [run for run in mine if not run.emulated]
     on_gpu = [run for run in real if gpu_family(run.device_name) == family]
     latest: dict[str, BlockChoice] = {}
     for run in on_gpu:  # oldest first: a later run's choice replaces an earlier one
-        for record in run.choices:
+        for record in run.choices:  # each checked on reading (`result_records.choice_problem`)
             if record["recipe"] != recipe:
                 continue
             time, bf16 = _timing(record["wall_time_s"]), _timing(record["bf16_wall_time_s"])
@@ -144,7 +181,7 @@ def find_in_context(
     else:
         why = f"holds no finished {recipe} search for this model (a sweep stopped early: run it again)"
     hint = "measure with `fp8advisor bench --model TARGET --batch B --seq S` on the GPU (same batch and seq)"
-    raise AdvisorError(f"{directory} {why}", hint=hint)
+    raise ResultsError(f"{directory} {why}", hint=hint)
 
 
 def in_context_dir() -> Path:
@@ -156,11 +193,18 @@ def in_context_dir() -> Path:
 
 
 def in_context_reader(
-    measured: str | Path | None, *, automatic: bool, model_layers, family: str, tensor_parallel: int = 1
+    measured: str | Path | None,
+    *,
+    automatic: bool,
+    model_layers,
+    family: str,
+    tensor_parallel: int = 1,
+    passed_over: list[str] | None = None,
 ) -> Callable[[Recipe], InContext | None] | None:
     """`recipe -> InContext | None` for `advise`: the results in `measured`, or else (`automatic`) those in
     the profile directory's in-context/ for this model, batch, seq and GPU family. None when neither applies,
-    and with tensor parallelism (a block measured on one GPU is not a sharded one)."""
+    and with tensor parallelism (a block measured on one GPU is not a sharded one). Files and lines of the
+    profile directory's in-context/ that cannot be read are named in `passed_over` (`find_in_context`)."""
     from fp8advisor.inspect.blocks import model_fingerprint
 
     if tensor_parallel > 1:
@@ -177,7 +221,12 @@ def in_context_reader(
 
     def read(recipe: Recipe) -> InContext | None:
         return find_in_context(
-            directory, fingerprint=fingerprint, family=family, recipe=recipe.value, automatic=measured is None
+            directory,
+            fingerprint=fingerprint,
+            family=family,
+            recipe=recipe.value,
+            automatic=measured is None,
+            passed_over=passed_over,
         )
 
     return read

@@ -4,7 +4,14 @@ For each Linear the forward calls, the profile predicts the float8 forward+backw
 (M, K, N) (`fp8advisor.predict.speedup.predicted_times_s`); a layer called several times is judged on its
 total time over its calls. A layer is converted when float8 conversion would swap it, the forward runs it
 (status `traced` or `assumed`), K and N are divisible by 16 and the predicted speedup reaches `min_speedup`.
-With tensor parallelism each layer is judged on the slower of its two 1/tp slices (`_predict_layer`).
+
+With tensor parallelism (`--tp`) each GPU multiplies a slice of K (row-parallel) or of N (column-parallel);
+which one is the training framework's plan, so each layer is judged on the slower of the two
+(`tensor_parallel_slices`). A split whose dimension tp does not divide is uneven (Megatron-LM refuses it;
+DTensor pads the slices): it is predicted at its widest slice, ceil(D / tp), and the layer stays in bf16,
+since float8 needs every GPU's slice to be a multiple of 16 (`caveats` names those layers). A dimension
+narrower than tp is not split (a GPU would get nothing); a layer with both narrower is refused by `advise`
+(`unsplittable_layers`).
 """
 
 from __future__ import annotations
@@ -38,6 +45,49 @@ def default_predictor(profile_choice) -> Predictor:
     return predict
 
 
+def split_by_tensor_parallel(layer: GemmLayer) -> bool:
+    """Whether the advice predicts `layer` (a convertible Linear the forward runs), and so splits it under
+    tensor parallelism."""
+    return layer.convertible and layer.is_linear and bool(layer.M_per_call) and min(layer.M_per_call) > 0
+
+
+def tensor_parallel_slices(K: int, N: int, tensor_parallel: int) -> list[tuple[int, int]]:
+    """The (K, N) one GPU multiplies: [(K, N)] without tensor parallelism; else K split (row-parallel) and N
+    split (column-parallel), each at its widest slice ceil(D / tp) (the GPU with the widest slice sets the
+    pace), leaving out a split of a dimension narrower than tp. Empty: neither can be split."""
+    if tensor_parallel == 1:
+        return [(K, N)]
+    slices = []
+    if K >= tensor_parallel:
+        slices.append((-(-K // tensor_parallel), N))
+    if N >= tensor_parallel:
+        slices.append((K, -(-N // tensor_parallel)))
+    return slices
+
+
+def uneven_split(K: int, N: int, tensor_parallel: int) -> bool:
+    """Whether tensor parallelism would split K or N unevenly: tp does not divide a dimension it may split."""
+    return tensor_parallel > 1 and any(dim % tensor_parallel for dim in (K, N) if dim >= tensor_parallel)
+
+
+def unsplittable_layers(layers: Sequence[GemmLayer], tensor_parallel: int) -> list[GemmLayer]:
+    """The layers the advice predicts whose K and N are both narrower than `tensor_parallel`."""
+    return [
+        layer
+        for layer in layers
+        if split_by_tensor_parallel(layer) and not tensor_parallel_slices(layer.K, layer.N, tensor_parallel)
+    ]
+
+
+def unevenly_split_layers(layers: Sequence[GemmLayer], tensor_parallel: int) -> list[GemmLayer]:
+    """The layers the advice predicts that `tensor_parallel` splits unevenly (`uneven_split`)."""
+    return [
+        layer
+        for layer in layers
+        if split_by_tensor_parallel(layer) and uneven_split(layer.K, layer.N, tensor_parallel)
+    ]
+
+
 #: How a figure was obtained, best first: a sum of figures is as good as its worst `how`.
 HOW_RANK = {"interpolated": 0, "modelled": 1, "extrapolated": 2}
 
@@ -48,12 +98,15 @@ def _predict_layer(
     """(bf16 seconds, float8 seconds, provenance, how, bf16 provenance) summed over the layer's calls, and the
     (K, N) they are for.
 
-    With tensor parallelism each GPU multiplies a 1/tp slice of K (row-parallel) or of N (column-parallel);
-    which one is not known here, so both are predicted and the slower float8 outcome (and its slice) is kept.
+    With tensor parallelism each GPU multiplies a slice of K (row-parallel) or of N (column-parallel); which
+    one is not known here, so both are predicted (`tensor_parallel_slices`) and the slower float8 outcome (and
+    its slice) is kept.
     """
-    shapes = [(layer.K, layer.N)]
-    if tensor_parallel > 1:
-        shapes = [(layer.K // tensor_parallel, layer.N), (layer.K, layer.N // tensor_parallel)]
+    shapes = tensor_parallel_slices(layer.K, layer.N, tensor_parallel)
+    if not shapes:  # `advise` refuses such a degree first, naming every such layer (`unsplittable_layers`)
+        from fp8advisor.errors import AdvisorError
+
+        raise AdvisorError(f"--tp {tensor_parallel} is larger than both K and N of {layer.fqn}")
     worst: tuple[float, float, str, str, str, tuple[int, int]] | None = None
     for K, N in shapes:
         bf16 = float8 = 0.0
@@ -103,7 +156,7 @@ def decide_layers(
                 reason = layer.reason or "float8 conversion does not apply"
             decided.append(LayerAdvice(convert=False, reason=reason, **common))
             continue
-        if not layer.M_per_call or not all(m > 0 for m in layer.M_per_call):
+        if not split_by_tensor_parallel(layer):
             decided.append(LayerAdvice(convert=False, reason="no rows multiplied", **common))
             continue
         bf16, float8, provenance, how, bf16_provenance, shape = _predict_layer(
@@ -118,9 +171,15 @@ def decide_layers(
             bf16_provenance=bf16_provenance,
             shard=shape if tensor_parallel > 1 else None,
         )
-        sharded = [(layer.K // tensor_parallel, layer.N), (layer.K, layer.N // tensor_parallel)]
+        sharded = tensor_parallel_slices(layer.K, layer.N, tensor_parallel)
         if not dims_divisible_by_16(layer.K, layer.N):
             reason = f"K={layer.K} or N={layer.N} not divisible by 16 (float8 GEMMs need multiples of 16)"
+            decided.append(LayerAdvice(convert=False, reason=reason, float8_time_s=bf16, **timing, **common))
+        elif uneven_split(layer.K, layer.N, tensor_parallel):
+            reason = (
+                f"--tp {tensor_parallel} does not divide K={layer.K} or N={layer.N}: uneven slices, and "
+                "float8 needs every GPU's slice a multiple of 16"
+            )
             decided.append(LayerAdvice(convert=False, reason=reason, float8_time_s=bf16, **timing, **common))
         elif tensor_parallel > 1 and not all(dims_divisible_by_16(k, n) for k, n in sharded):
             reason = f"a 1/{tensor_parallel} shard of K or N is not divisible by 16"
@@ -152,4 +211,9 @@ __all__ = [
     "decide_layers",
     "default_predictor",
     "group_layers",
+    "split_by_tensor_parallel",
+    "tensor_parallel_slices",
+    "uneven_split",
+    "unevenly_split_layers",
+    "unsplittable_layers",
 ]

@@ -8,6 +8,11 @@ its `fp8advisor.inspect.census.OpCensus`) by a named formula and constant:
   bf16 forward+backward time (the profile's measured kernel times where it has them, else torchao's
   roofline), and that time over the predicted float8 speedup for a converted layer. Provenance: the
   profile's. The expert Linears of a ModuleList of experts are Linear layers here (decided as their group).
+- **Other GEMM layers**: the layers the forward multiplies that have no prediction (not convertible: K, N or M
+  not a multiple of 16, an overridden forward; a bare weight multiplied without its Linear; a router), always
+  bf16: torchao's GEMM roofline, forward plus two backward GEMMs per call (`OTHER_GEMMS`, a term only where
+  there are such layers). Without it a step of 8 tokens, where no Linear can convert, would leave out every
+  Linear. The grouped GEMMs of routed experts are theirs (below).
 - **Routed experts** (grouped 3-D weights, `fp8advisor.advice.records.ExpertAdvice`): each group's grouped
   GEMMs' forward+backward time at its balanced per-expert M
   (`fp8advisor.predict.speedup.predict_expert_group`), per GPU: with expert parallelism P the E / P local
@@ -57,6 +62,7 @@ from fp8advisor.inspect.records import ExpertForm
 from fp8advisor.paths import DATA_DIR
 from fp8advisor.predict.roofline import BYTES_PER_BF16
 from fp8advisor.recipes import Recipe
+from fp8advisor.request import check_degree, check_positive_int
 
 #: FlashAttention-2 on an H100 SXM5 reaches "up to 335 TFLOPs/s" forward+backward at head dimension 128
 #: (Dao 2023, FlashAttention-2, section 4.1): 335/989 of the dense bf16 peak, used as that fraction of any
@@ -76,6 +82,8 @@ LOSS_BYTES_PER_LOGIT = 3 * BYTES_PER_BF16
 ADAMW_TENSORS_MOVED = 7
 #: A Linear's forward is one of its three GEMMs of equal FLOPs (output, grad_input, grad_weight).
 LINEAR_FORWARD_SHARE = 1 / 3
+#: The term of the GEMM layers the advice has no prediction for (the module docstring).
+OTHER_GEMMS = "other_gemms"
 
 #: GPU-to-GPU bandwidth per direction per GPU, datasheet peaks (NCCL reaches less): NVLink 4 (H100/H200 SXM,
 #: 900 GB/s bidirectional), NVLink 5 (Blackwell, 1.8 TB/s bidirectional), Infinity Fabric (MI300X, 7 links of
@@ -119,11 +127,10 @@ class StepConfig:
     gradient_reduce_bytes: int = 4  # FSDP2 reduces gradients in float32 (torchtitan's default)
 
     def check(self, recipe: Recipe | None) -> None:
-        """An `AdvisorError` for a configuration no trainer runs."""
-        if self.world_size < 1 or self.grad_accum < 1:
-            raise AdvisorError(
-                f"--world-size and --grad-accum must be 1 or more (got {self.world_size}, {self.grad_accum})"
-            )
+        """An `AdvisorError` for a configuration no trainer runs: a `--world-size` that is no parallel degree
+        (`request.check_degree`), a `--grad-accum` below 1, or float8 all-gather without tensorwise."""
+        check_degree("--world-size", self.world_size)
+        check_positive_int("--grad-accum", self.grad_accum, hint="micro-steps per optimizer step, e.g. 1")
         if self.float8_all_gather and recipe not in (None, Recipe.TENSORWISE):
             raise AdvisorError(
                 f"float8 all-gather needs the tensorwise recipe, not {recipe.value}",
@@ -226,7 +233,11 @@ class StepPrediction:
 
     @property
     def tokens_per_s(self) -> float:
-        return self.tokens / self.step_s
+        return self.tokens / self.step_s if self.step_s > 0 else 0.0  # no kernel floor and nothing to run
+
+    def speedup_over(self, baseline: StepPrediction) -> float:
+        """`baseline`'s step time over this one's (1.0 when both are empty: never a NaN or an infinity)."""
+        return baseline.step_s / self.step_s if self.step_s > 0 else 1.0
 
     def term(self, name: str) -> Term:
         return next(term for term in self.terms if term.name == name)
@@ -239,7 +250,7 @@ class StepPrediction:
             "expert_groups_in_float8": self.expert_groups,
             "step_s": float(f"{step_s:.6g}"),
             "tokens_per_s_per_gpu": float(f"{self.tokens_per_s:.6g}"),
-            "step_speedup": round(baseline.step_s / step_s, 4) if baseline is not None else None,
+            "step_speedup": round(self.speedup_over(baseline), 4) if baseline is not None else None,
             "communication_s": float(f"{self.communication_s:.6g}"),
             "terms": [term.to_json(step_s) for term in self.terms],
         }
@@ -414,6 +425,7 @@ def predict_step(
     )
     terms = [
         *_linear_terms(in_float8, in_bf16, scaled, in_step),
+        *_other_gemm_terms(model_layers, timed, gpu, scaled, in_step),
         *_expert_terms(experts_float8, experts_bf16, scaled, in_step),
         Term("attention", scaled(parts.attention_s), MODELLED, parts.basis["attention"] + in_step),
         Term("matmul", scaled(parts.matmul_s), MODELLED, parts.basis["matmul"] + in_step),
@@ -495,6 +507,40 @@ def _linear_terms(in_float8, in_bf16, scaled: Callable[[float], float], in_step:
     ]
 
 
+def _other_gemm_terms(
+    model_layers, timed: Sequence[Any], gpu: StepGpu, scaled: Callable[[float], float], in_step: str
+) -> list[Term]:
+    """The GEMM layers the forward runs that no prediction prices (`OTHER_GEMMS`), in bf16; none when every
+    such layer is priced. Grouped experts' weights are the expert terms' (or, unpriced, noted by the step)."""
+    from fp8advisor.predict.roofline import linear_gemm_time_s
+
+    groups = getattr(model_layers, "expert_groups", ())
+    skipped = {layer.fqn for layer in timed}
+    skipped |= {fqn for group in groups if group.form is ExpertForm.GROUPED for fqn in group.member_fqns}
+    others = [
+        layer
+        for layer in getattr(model_layers, "layers", ())
+        if any(M > 0 for M in layer.M_per_call) and layer.fqn not in skipped
+    ]
+    if not others:
+        return []
+    seconds = sum(  # output, grad_input and grad_weight GEMMs
+        linear_gemm_time_s(M, layer.K, layer.N, "bf16", gpu.specs)
+        for layer in others
+        for M in layer.M_per_call
+        if M > 0
+    )
+    return [
+        Term(
+            OTHER_GEMMS,
+            scaled(seconds),
+            MODELLED,
+            f"{len(others)} GEMM layer(s) without a prediction (not convertible, or not nn.Linear; e.g. "
+            f"{others[0].fqn}), bf16 at torchao's GEMM roofline, forward and two backward GEMMs" + in_step,
+        )
+    ]
+
+
 def _communication_term(communication: float, compute_s: float, gpu: StepGpu, config: StepConfig) -> Term:
     """The FSDP traffic that the step's compute does not hide (`communication`: all of it, before overlap)."""
     exposed = max(0.0, communication - compute_s)
@@ -559,6 +605,7 @@ __all__ = [
     "LINEAR_FORWARD_SHARE",
     "LOSS_BYTES_PER_LOGIT",
     "MEMORY_BACKWARD_FACTOR",
+    "OTHER_GEMMS",
     "Calibration",
     "Checkpointing",
     "StepConfig",

@@ -5,7 +5,13 @@ Each strategy of the advice (`fp8advisor.advice.strategies`) is priced by the st
 (`fp8advisor.advice.step.predict_step`), routed expert groups in float8 where the strategy converts them. The
 break-even is the smallest number of tokens per GPU step (a multiple of 16) at which the advice reaches
 `BREAK_EVEN_SPEEDUP` step speedup; at each token count tried, the layers and expert groups are re-decided as
-the advice would decide them there (`scale_layers`, `fp8advisor.advice.linears`, `fp8advisor.advice.experts`).
+the advice would decide them there (`scale_layers`, `fp8advisor.advice.linears`, `fp8advisor.advice.experts`),
+a layer's M judged again there (`fp8advisor.inspect.rows.at_rows`: at seq 8 no Linear converts, at 16 tokens
+a step of two sequences may).
+
+The advice's step is always predicted (a strategy that converts nothing, or only expert groups, is the bf16
+step with those groups); another strategy without a prediction (torchao's auto filter where it is not
+available, or where no layer it converts has figures) is left out.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from fp8advisor.advice.experts import decide_experts, default_expert_predictor
 from fp8advisor.advice.linears import decide_layers, default_predictor
 from fp8advisor.advice.step import Calibration, StepConfig, StepGpu, StepPrediction, predict_step
 from fp8advisor.inspect.records import ExpertForm
+from fp8advisor.inspect.rows import at_rows
 
 #: The break-even: the step speedup the advice must reach.
 BREAK_EVEN_SPEEDUP = 1.05
@@ -63,11 +70,11 @@ class BreakEven:
 
 def scale_layers(model_layers, tokens: int):
     """`model_layers` with every layer's rows scaled to `tokens` per step (rows grow with the tokens at a
-    fixed sequence length, for dense and routed layers alike), and each expert group's tokens and M total."""
+    fixed sequence length, for dense and routed layers alike; each Linear's M judged again, `at_rows`), and
+    each expert group's tokens and M total."""
     factor = tokens / model_layers.tokens
     layers = tuple(
-        replace(layer, M_per_call=tuple(max(1, round(m * factor)) for m in layer.M_per_call))
-        for layer in model_layers.layers
+        at_rows(layer, [max(1, round(m * factor)) for m in layer.M_per_call]) for layer in model_layers.layers
     )
     groups = tuple(
         replace(
@@ -134,7 +141,7 @@ class StepReport:
         return next(p for p in self.predictions if p.name == name)
 
     def speedup(self, name: str) -> float:
-        return self.baseline.step_s / self.prediction(name).step_s
+        return self.prediction(name).speedup_over(self.baseline)
 
     def to_json(self) -> dict:
         return {
@@ -189,7 +196,7 @@ def _strategy_steps(
         )
     ]
     for strategy in advice.strategies:
-        if strategy.predicted_speedup is None:
+        if strategy.predicted_speedup is None and strategy.name != "advice" and not strategy.expert_groups:
             continue  # not available (e.g. torchao's auto filter for rowwise_with_gw_hp)
         predictions.append(
             predict_step(
@@ -283,7 +290,7 @@ def _advice_speedup_at(
             converted_experts=[e.group for e in groups if e.convert],
             **common,
         )
-        return bf16.step_s / chosen.step_s
+        return chosen.speedup_over(bf16)
 
     return speedup_at
 

@@ -24,6 +24,7 @@ from fp8advisor.cli.bench_view import (
     render_grouped_speedups,
     render_heatmaps,
 )
+from fp8advisor.cli.terminal import styled
 from fp8advisor.errors import AdvisorError
 from fp8advisor.request import DEFAULT_SEQ
 
@@ -118,7 +119,9 @@ def bench(
     compile_workers: Annotated[
         int | None,
         typer.Option(
-            "--compile-workers", help="Processes pre-compiling graphs before timing (default: cores - 2)."
+            "--compile-workers",
+            max=64,
+            help="Processes pre-compiling graphs before timing (default: cores - 2, at most 12; at most 64).",
         ),
     ] = None,
     compile_timeout: Annotated[
@@ -370,11 +373,13 @@ def _print_plan(sweep: _Sweep, options: _BenchOptions) -> None:
     if left_out:
         extras.append(f"{len(left_out)} shape(s) too large for one GPU left out")
     console.print(
-        f"{kind}grid [bold]{chosen.name}[/]: {len(chosen.shapes)} shape(s) x "
-        f"{len(chosen.recipes)} configurations "
-        f"({', '.join(chosen.recipes)}) -> {sweep.out}"
-        + (f" ({', '.join(extras)})" if extras else "")
-        + ("  [yellow](emulated on the CPU)[/]" if options.emulate else "")
+        styled(
+            f"{kind}grid ",
+            (chosen.name, "bold"),
+            f": {len(chosen.shapes)} shape(s) x {len(chosen.recipes)} configurations "
+            f"({', '.join(chosen.recipes)}) -> {sweep.out}" + (f" ({', '.join(extras)})" if extras else ""),
+            ("  (emulated on the CPU)", "yellow") if options.emulate else "",
+        )
     )
 
 
@@ -430,6 +435,6 @@ def _write_png(summary) -> None:
     try:
         written = speedup_heatmaps_png(summary.runs, latest.with_name(latest.stem + "-heatmap.png"))
     except AdvisorError as error:
-        err_console.print(f"[yellow]no PNG[/]: {error}", soft_wrap=True)
+        err_console.print(styled(("no PNG", "yellow"), f": {error}"), soft_wrap=True)
     else:
         console.print(f"heatmap: {written}")

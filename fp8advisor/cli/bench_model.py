@@ -14,7 +14,8 @@ from rich.table import Table
 from rich.text import Text
 
 from fp8advisor.advice.in_context import in_context_dir
-from fp8advisor.cli.application import console, err_console, resume_command
+from fp8advisor.cli.application import console, err_console, resume_command, warn_passed_over
+from fp8advisor.cli.terminal import styled
 from fp8advisor.recipes import BASELINE, Recipe, parse_recipe
 
 #: The recipes measured when --recipes is not given: the two torchtitan and NeMo AutoModel users choose
@@ -54,6 +55,7 @@ def bench_model(
     if not emulate:
         require_fp8_gpu()
     choice = select_profile(profile)
+    warn_passed_over(choice.passed_over)
     # Every unit is compiled: torch._dynamo imported first, so that a Hugging Face model's modules are
     # imported with its real decorators, not with the stand-ins of compat.dynamo_deferred (no-op then).
     import torch._dynamo  # noqa: F401
@@ -63,11 +65,13 @@ def bench_model(
     seeds = seed_sets(discovery, chosen_recipes, choice)
     layers = discovery.model_layers
     console.print(
-        f"[bold]{target}[/]  batch {batch} x seq {seq} = {layers.tokens} tokens; "
-        f"{len(discovery.units)} distinct unit(s): "
-        + ", ".join(f"{unit.pattern} ({len(unit.convertible)} convertible)" for unit in discovery.units)
-        + f"; recipes {', '.join(chosen_recipes)}; advice seeds from {choice.name} -> {out}"
-        + ("  [yellow](emulated on the CPU)[/]" if emulate else ""),
+        styled(
+            (str(target), "bold"),
+            f"  batch {batch} x seq {seq} = {layers.tokens} tokens; {len(discovery.units)} distinct unit(s): "
+            + ", ".join(f"{unit.pattern} ({len(unit.convertible)} convertible)" for unit in discovery.units)
+            + f"; recipes {', '.join(chosen_recipes)}; advice seeds from {choice.name} -> {out}",
+            ("  (emulated on the CPU)", "yellow") if emulate else "",
+        ),
         soft_wrap=True,
     )
     progress = Progress(
@@ -148,19 +152,26 @@ def _print_outcome(summary, out: Path) -> None:
         )
     reused = f"; {summary.reused} reused from {', '.join(summary.resumed_from)}" if summary.reused else ""
     console.print(
-        f"measured {len(summary.records)} variant(s) in {summary.elapsed_s:.0f} s: "
-        f"[green]{summary.ok} ok[/], "
-        f"[red]{summary.failed} failed[/]{reused}"
+        styled(
+            f"measured {len(summary.records)} variant(s) in {summary.elapsed_s:.0f} s: ",
+            (f"{summary.ok} ok", "green"),
+            ", ",
+            (f"{summary.failed} failed", "red"),
+            reused,
+        )
     )
     if summary.path is not None:
         console.print(f"results: {summary.path}")
     for pattern, reason in summary.failed_units.items():
-        console.print(f"  [red]failed[/] {pattern}: {reason}", soft_wrap=True)
+        console.print(styled("  ", ("failed", "red"), f" {pattern}: {reason}"), soft_wrap=True)
     for record in summary.records:
         if record["status"] == "failed" and record["block"] not in summary.failed_units:
             console.print(
-                f"  [red]failed[/] {record['block']} {record['recipe']} {record['float8']}: "
-                f"{record['reason']}",
+                styled(
+                    "  ",
+                    ("failed", "red"),
+                    f" {record['block']} {record['recipe']} {record['float8']}: {record['reason']}",
+                ),
                 soft_wrap=True,
             )
 
@@ -211,16 +222,20 @@ def _print_next_step(summary, discovery, out: Path, emulate: bool, time_budget) 
     or the suggest command these measurements decide."""
     if summary.stopped_by_budget:
         console.print(
-            f"[bold yellow]time budget[/]: stopped after {summary.elapsed_s:.0f} of {time_budget:.0f} s, "
-            "before "
-            f"a variant that would not have finished in time. Resume with the same command:\n  "
-            f"{resume_command()}",
+            styled(
+                ("time budget", "bold yellow"),
+                f": stopped after {summary.elapsed_s:.0f} of {time_budget:.0f} s, before a variant that "
+                f"would not have finished in time. Resume with the same command:\n  {resume_command()}",
+            ),
             soft_wrap=True,
         )
     if emulate:
         console.print(
-            "[bold yellow]EMULATED[/]: CPU wall-clock times of torchao's emulated float8, not GPU "
-            "measurements; `suggest --measured` refuses them for advice."
+            styled(
+                ("EMULATED", "bold yellow"),
+                ": CPU wall-clock times of torchao's emulated float8, not GPU measurements; "
+                "`suggest --measured` refuses them for advice.",
+            )
         )
     elif summary.choices and not summary.stopped_by_budget:
         layers = discovery.model_layers

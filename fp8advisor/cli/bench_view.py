@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fp8advisor.cli.application import console, resume_command
+from fp8advisor.cli.terminal import styled
 
 
 def _speedup_style(speedup: float) -> str:
@@ -35,7 +36,7 @@ def render_heatmaps(runs) -> None:
         return
     basis = ", ".join(sorted({speedup.basis for speedup in speedups}))
     for recipe, recipe_panels in panels.items():
-        console.rule(f"[bold]{recipe}[/]: speedup over bf16 ({basis})")
+        console.rule(styled((recipe, "bold"), f": speedup over bf16 ({basis})"))
         tables = []
         for panel in recipe_panels:
             table = Table(title=f"M = {panel.M}", title_style="bold", show_lines=False, padding=(0, 1))
@@ -102,15 +103,20 @@ def _print_compiles(summary) -> None:
         cold = summary.cold_compiles
         style = "yellow" if cold else "green"
         console.print(
-            f"compiles in the timing process: [{style}]{cold} cold[/] (inductor compiled from scratch), "
-            f"{len(compiled) - cold} from cache; "
-            f"{sum(record['compile']['seconds'] for record in compiled):.0f} s in all"
+            styled(
+                "compiles in the timing process: ",
+                (f"{cold} cold", style),
+                f" (inductor compiled from scratch), {len(compiled) - cold} from cache; "
+                f"{sum(record['compile']['seconds'] for record in compiled):.0f} s in all",
+            )
         )
     if summary.not_precompiled:
         key, reason = next(iter(summary.not_precompiled.items()))
         console.print(
-            f"[yellow]not pre-compiled[/]: {len(summary.not_precompiled)} point(s), e.g. "
-            f"{_point_words(key)}: {reason}",
+            styled(
+                ("not pre-compiled", "yellow"),
+                f": {len(summary.not_precompiled)} point(s), e.g. {_point_words(key)}: {reason}",
+            ),
             soft_wrap=True,
         )
 
@@ -138,8 +144,13 @@ def print_summary(summary, emulate: bool, grouped: bool = False) -> None:
         return
     resumed = f", continuing {', '.join(summary.resumed_from)}" if summary.resumed_from else ""
     console.print(
-        f"measured {len(records)} points in {summary.elapsed_s:.0f} s: [green]{summary.ok} ok[/], "
-        f"[red]{summary.failed} failed[/]; {summary.skipped_points} already saved{resumed}"
+        styled(
+            f"measured {len(records)} points in {summary.elapsed_s:.0f} s: ",
+            (f"{summary.ok} ok", "green"),
+            ", ",
+            (f"{summary.failed} failed", "red"),
+            f"; {summary.skipped_points} already saved{resumed}",
+        )
     )
     console.print(f"results: {summary.path}")
     _print_compiles(summary)
@@ -148,24 +159,34 @@ def print_summary(summary, emulate: bool, grouped: bool = False) -> None:
     if suspect:
         first = suspect[0]
         console.print(
-            f"[yellow]suspect kernel time[/] for {len(suspect)} point(s), left out by `fit` (e.g. "
-            f"{_point_words(first)}: {suspect_reason(first)})",
+            styled(
+                ("suspect kernel time", "yellow"),
+                f" for {len(suspect)} point(s), left out by `fit` (e.g. "
+                f"{_point_words(first)}: {suspect_reason(first)})",
+            ),
             soft_wrap=True,
         )
     failed = [record for record in records if record["status"] == "failed"]
     for record in failed[:10]:
-        console.print(f"  [red]failed[/] {_point_words(record)}: {record['reason']}", soft_wrap=True)
+        console.print(
+            styled("  ", ("failed", "red"), f" {_point_words(record)}: {record['reason']}"), soft_wrap=True
+        )
     if len(failed) > 10:
         console.print(f"  ... and {len(failed) - 10} more (see the results file)")
     # The auxiliary probes fail without failing a point: say so, or the nulls would pass unnoticed.
     ceilings = (summary.runs[-1].header.get("ceilings") or {}) if summary.runs else {}
     if "error" in ceilings:
-        console.print(f"[yellow]device ceilings not measured[/]: {ceilings['error']}", soft_wrap=True)
+        console.print(
+            styled(("device ceilings not measured", "yellow"), f": {ceilings['error']}"), soft_wrap=True
+        )
     no_breakdown = [record for record in records if record.get("breakdown_error")]
     if no_breakdown:
         console.print(
-            f"[yellow]no GEMM/cast breakdown[/] for {len(no_breakdown)} point(s) (their times stand): "
-            f"{no_breakdown[0]['breakdown_error']}",
+            styled(
+                ("no GEMM/cast breakdown", "yellow"),
+                f" for {len(no_breakdown)} point(s) (their times stand): "
+                f"{no_breakdown[0]['breakdown_error']}",
+            ),
             soft_wrap=True,
         )
     if emulate:
@@ -175,18 +196,24 @@ def print_summary(summary, emulate: bool, grouped: bool = False) -> None:
             else ("torchao's emulated float8")
         )
         console.print(
-            f"[bold yellow]EMULATED[/]: CPU wall-clock times of {what}, not GPU "
-            "measurements; `fp8advisor fit` refuses them for a real profile."
+            styled(
+                ("EMULATED", "bold yellow"),
+                f": CPU wall-clock times of {what}, not GPU measurements; `fp8advisor fit` refuses them for "
+                "a real profile.",
+            )
         )
 
 
 def print_budget_stop(summary, time_budget: float) -> None:
     """The sweep stopped on --time-budget: what is saved, what is left, and the command that resumes it."""
     console.print(
-        f"[bold yellow]time budget[/]: stopped after {summary.elapsed_s:.0f} of {time_budget:.0f} s, "
-        f"before a point that would not have finished in time; {summary.saved_points} of "
-        f"{summary.total_points} points of {_scope(summary)} are saved, {summary.left_points} left. "
-        f"Resume with the same command:\n  {resume_command()}",
+        styled(
+            ("time budget", "bold yellow"),
+            f": stopped after {summary.elapsed_s:.0f} of {time_budget:.0f} s, "
+            f"before a point that would not have finished in time; {summary.saved_points} of "
+            f"{summary.total_points} points of {_scope(summary)} are saved, {summary.left_points} left. "
+            f"Resume with the same command:\n  {resume_command()}",
+        ),
         soft_wrap=True,
     )
 

@@ -7,8 +7,10 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from fp8advisor.cli.application import command, console
+from fp8advisor.cli.terminal import styled
 from fp8advisor.errors import ResultsError
 
 
@@ -69,8 +71,9 @@ def fit(
 ) -> None:
     """Fit where float8 pays per recipe from measured speedups; report the error; write a profile."""
     from fp8advisor.files import guard_output
+    from fp8advisor.json_output import print_document
     from fp8advisor.predict.fit import fit_profile
-    from fp8advisor.predict.profile_files import looks_like_profile, save_profile, user_profile_dir
+    from fp8advisor.predict.profile_files import looks_like_profile, profile_path_for, save_profile
 
     # Before the work: -o must be writable, not an input, and a profile if it exists (nothing else is
     # replaced; --force is about mixing machines, not about files).
@@ -87,12 +90,13 @@ def fit(
         created=created,
     )
     profile = report.profile
-    destination = output or user_profile_dir() / f"{profile.name}.json"
+    # a plain name (fit_profile checked it): <user profile dir>/<name>.json stays in that directory
+    destination = output or profile_path_for(profile.name)
     if output is None:
         guard_output(destination, inputs=results, is_ours=looks_like_profile, force_flag=None)
     if as_json:
         path = save_profile(profile, destination)
-        console.print_json(data={**report.to_json(), "written": str(path)})
+        print_document({**report.to_json(), "written": str(path)})  # plain, valid JSON
         return
     _print_report(report)
     path = save_profile(profile, destination)
@@ -103,9 +107,11 @@ def _print_report(report) -> None:
     """The profile fitted, its notes, its error beside the roofline's, and where float8 pays per recipe."""
     profile = report.profile
     sources = f"{len(report.sources)} source(s)"
-    console.print(f"[bold]{profile.name}[/bold]: {profile.provenance}, {profile.device.name}, from {sources}")
+    console.print(
+        styled((profile.name, "bold"), f": {profile.provenance}, {profile.device.name}, from {sources}")
+    )
     for note in report.notes:
-        console.print(f"[yellow]note:[/yellow] {note}")
+        console.print(styled(("note:", "yellow"), f" {note}"))
     console.print(_error_table(report))
     grouped = profile.grouped
     if grouped is not None:
@@ -181,6 +187,6 @@ def _threshold_table(recipe: str, rows) -> Table:
             f"{row.paying}/{row.cells}",
             row.rule_text,
             f"{row.rule_agreement}/{row.cells}",
-            f"[{style}]{torchao}[/{style}]" if style else torchao,
+            Text(torchao, style=style),
         )
     return table

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Iterable
 
 import typer
@@ -14,6 +12,7 @@ from rich.text import Text
 from fp8advisor.cli.application import command, console, state
 from fp8advisor.inspect.folding import block_shape, fold_repeated
 from fp8advisor.inspect.records import ExpertGroup, GemmLayer, LayerStatus, ModelLayers
+from fp8advisor.json_output import print_document
 from fp8advisor.request import DEFAULT_BATCH, DEFAULT_SEQ
 
 _STATUS_STYLE = {
@@ -49,7 +48,7 @@ def layers(
     inspected = inspect_model(target, batch=batch, seq=seq, debug=state.debug)
     if as_json:
         # Plain text, not console.print_json: highlighting 561 layers costs more than inspecting them.
-        sys.stdout.write(json.dumps(inspected.to_json(), indent=2) + "\n")
+        print_document(inspected.to_json())  # valid JSON (fp8advisor.json_output)
         return
     table, footnotes = render_table(inspected, group=not expand)
     console.print(table)

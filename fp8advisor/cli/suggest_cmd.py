@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -13,8 +12,9 @@ from fp8advisor.advice.decide import advise
 from fp8advisor.advice.experts import check_expert_imbalance
 from fp8advisor.advice.linears import default_predictor
 from fp8advisor.advice.records import Advice
-from fp8advisor.cli.application import command, console, err_console
+from fp8advisor.cli.application import command, console, err_console, warn_passed_over
 from fp8advisor.cli.suggest_view import print_brief, print_in_context, print_report, print_step
+from fp8advisor.cli.terminal import plain
 from fp8advisor.emit.config_file import (
     check,
     check_format_recipe,
@@ -30,6 +30,7 @@ from fp8advisor.errors import AdvisorError
 from fp8advisor.files import guard_output
 from fp8advisor.frameworks.formats import FILE_FORMATS, ConfigFormat, parse_format
 from fp8advisor.gpus import get_specs
+from fp8advisor.json_output import print_document
 from fp8advisor.recipes import ALL_RECIPES, Recipe, parse_recipe
 from fp8advisor.request import AUTO, DEFAULT_BATCH, DEFAULT_MIN_SPEEDUP, DEFAULT_SEQ, SuggestRequest
 
@@ -237,8 +238,9 @@ def _advise(request: SuggestRequest, destination: _Destination, gpu: str | None,
     allowed = _recipes_the_format_holds(destination.config_format)
     # --check regenerates exactly as the file's own command says: in-context results only when it names them
     automatic = request.measured is None and destination.check_file is None
+    passed_over = list(choice.passed_over)  # files of the profile directory that could not be read
     in_context = _in_context_reader(
-        request.measured, automatic, model_layers, choice, gpu, request.tensor_parallel
+        request.measured, automatic, model_layers, choice, gpu, request.tensor_parallel, passed_over
     )
     with err_console.status("predicting ..."):
         advice = advise(
@@ -252,6 +254,7 @@ def _advise(request: SuggestRequest, destination: _Destination, gpu: str | None,
             expert_imbalance=expert_imbalance,
             expert_parallel=request.expert_parallel,
         )
+    warn_passed_over(passed_over)  # each once, whatever the number of scans that met it
     return model_layers, choice, advice
 
 
@@ -274,7 +277,8 @@ def _check_committed(advice: Advice, request: SuggestRequest, destination: _Dest
         err_console.print(f"{check_file} is up to date ({config_format.value}, {advice.proof_line()})")
         return
     regenerate = pinned_command(request, advice, config_format, check_file)
-    print(diff, end="")  # plain print: no Rich markup, emoji or wrapping in a diff
+    # Plain print (no Rich wrapping in a diff); the committed file's control characters shown as escapes
+    print(plain(diff), end="")
     err_console.print(
         Text(f"{check_file} is stale: ", style="bold red") + Text(f"regenerate it with: {regenerate}")
     )
@@ -313,7 +317,7 @@ def _print_advice(advice: Advice, destination: _Destination, predictor, text: st
     config_format, output = destination.config_format, destination.output
     if destination.as_json:
         document = {**advice.to_json(), "step": None if step is None else step.to_json()}
-        print(json.dumps(document, indent=2))  # plain print: Rich would wrap long strings
+        print_document(document)  # plain text, valid JSON (non-finite figures as null)
         return
     if config_format is not None and output is None:
         # stdout holds the config alone, ready to pipe; the people's part goes to stderr
@@ -341,7 +345,13 @@ def _recipes_the_format_holds(config_format: ConfigFormat | None) -> tuple[Recip
 
 
 def _in_context_reader(
-    measured: str | None, automatic: bool, model_layers, choice, gpu: str | None, tensor_parallel: int
+    measured: str | None,
+    automatic: bool,
+    model_layers,
+    choice,
+    gpu: str | None,
+    tensor_parallel: int,
+    passed_over: list[str],
 ):
     """`advice.in_context.in_context_reader` for the GPU family of --gpu, else of the profile."""
     from fp8advisor.advice.in_context import in_context_reader
@@ -354,6 +364,7 @@ def _in_context_reader(
         model_layers=model_layers,
         family=family,
         tensor_parallel=tensor_parallel,
+        passed_over=passed_over,
     )
 
 

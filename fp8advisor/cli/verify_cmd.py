@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 import typer
@@ -12,6 +11,7 @@ from rich.text import Text
 
 from fp8advisor.cli.application import command, console, err_console
 from fp8advisor.frameworks.formats import FILTER_FQNS_MEANING
+from fp8advisor.json_output import print_document
 from fp8advisor.recipes import parse_recipe
 from fp8advisor.request import AUTO, DEFAULT_BATCH, DEFAULT_MIN_SPEEDUP, DEFAULT_SEQ
 
@@ -130,7 +130,7 @@ def verify_command(
     with err_console.status(f"verifying {config} on {target} ..."):
         report = verify(request, config, trust_config=trust_config)
     if as_json:
-        console.print_json(json.dumps(report.to_json()), indent=2, highlight=False)
+        print_document(report.to_json())  # plain text, valid JSON (fp8advisor.json_output)
     else:
         _print_report(report, request, from_header)
     if not report.passed:

@@ -150,6 +150,10 @@ def read_committed(path: str | Path) -> str:
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"--check {path} is a directory", hint="give the config file that -o wrote")
+    if path.exists():  # a pipe is refused, not waited on; a device (/dev/null) is refused, not called stale
+        from fp8advisor.reading import MAX_CONFIG_BYTES, check_regular_file
+
+        check_regular_file(path, "--check file", error=ConfigError, max_bytes=MAX_CONFIG_BYTES)
     try:
         data = path.read_bytes()
     except FileNotFoundError:

@@ -1,21 +1,27 @@
 """The comment and literal syntax every writer shares: `#` comment blocks, comment paragraphs wrapped to 110
-columns, double-quoted strings valid in TOML and Python, and the lines of a string list.
+columns, double-quoted strings valid in TOML, Python and YAML, and the lines of a string list.
+
+Every string from outside this tool (a layer name, a profile's name, a path) reaches a generated file through
+`comment` or `quoted` only: a comment line shows each control character as an escape
+(`fp8advisor.untrusted.visible`), so that no field can end its comment, and a string literal escapes every
+character but printable ASCII (`fp8advisor.untrusted.string_literal`), so that no field can leave its string.
 """
 
 from __future__ import annotations
 
-import json
 import textwrap
+
+from fp8advisor.untrusted import string_literal, visible
 
 
 def comment(lines: list[str]) -> str:
-    """`lines` as `# ` comment lines (an empty line as a bare `#`)."""
-    return "".join(f"# {line}\n" if line else "#\n" for line in lines)
+    """`lines` as `# ` comment lines (an empty line as a bare `#`), each one line whatever it holds."""
+    return "".join(f"# {visible(line)}\n" if line else "#\n" for line in lines)
 
 
 def quoted(text: str) -> str:
-    """A double-quoted string valid in TOML and Python (JSON escapes are valid in both)."""
-    return json.dumps(text)
+    """A double-quoted string that TOML, Python and YAML read back as `text`."""
+    return string_literal(text)
 
 
 def string_list_lines(entries: tuple[str, ...] | list[str], indent: str) -> str:

@@ -173,15 +173,24 @@ def torchao(advice: Advice, header: list[str]) -> str:
 
 
 def filter_list(advice: Advice, header: list[str], *, as_json: bool) -> str:
-    """The bare filter_fqns list: YAML with the header, or bare JSON."""
+    """The filter_fqns list: YAML with the header as comments, or a JSON object (`filter_json`)."""
     entries = list(advice.filter_fqns)
     if as_json:
-        return json.dumps(entries, indent=2) + "\n"  # JSON has no comments: the bare list only
+        return filter_json(advice, header)
     note = ["filter_fqns: keep in bf16 every nn.Linear whose FQN contains an entry (substring match)."]
     if not advice.convert_fqns:
         note.append("This list keeps every layer in bf16: better leave FP8 off in the config that uses it.")
     body = yaml.safe_dump(entries, default_flow_style=False, width=1000) if entries else "[]\n"
     return comment(header) + comment(note) + body
+
+
+def filter_json(advice: Advice, header: list[str]) -> str:
+    """JSON has no comments: the header is the object's first members, `generated_by` (its first line, alone
+    on the file's first line, which is how `fp8advisor.files.is_generated_config` knows the file) and
+    `header` (the rest, the check command with it), then `recipe` and `filter_fqns`."""
+    rest = {"header": header[1:], "recipe": advice.recipe.value, "filter_fqns": list(advice.filter_fqns)}
+    members = json.dumps(rest, indent=2)  # "{\n  ...\n}": the first line is replaced below
+    return f'{{"generated_by": {json.dumps(header[0])},\n{members[2:]}\n'
 
 
 def nemo_automodel_off(header: list[str], _request: SuggestRequest) -> str:

@@ -27,6 +27,7 @@ from fp8advisor.frameworks.filters import entries_matching_nothing
 from fp8advisor.frameworks.formats import TORCHTITAN_0_2_EXPERTS_CONVERTER, ConfigFormat
 from fp8advisor.inspect import titan
 from fp8advisor.request import SuggestRequest
+from fp8advisor.untrusted import visible
 
 
 def torchtitan_toml(advice: Advice, header: list[str]) -> str:
@@ -192,14 +193,14 @@ def _torchtitan_imports(request: SuggestRequest) -> str:
             "\n"
             "\n"
             "def base_recipe() -> Trainer.Config:  # EDIT: return your base recipe\n"
-            f'    raise NotImplementedError("torchtitan has no recipe for {name}: write yours")\n'
+            f"    raise NotImplementedError({quoted(f'torchtitan has no recipe for {name}: write yours')})\n"
         )
     return (
         f"from torchtitan.models.{name.model} import model_registry\n"
         + recipe_import
         + "from torchtitan.trainer import Trainer\n"
         + "\n"
-        + f"FLAVOR = {quoted(name.flavor)}  # {name}\n"
+        + f"FLAVOR = {quoted(name.flavor)}  # {visible(str(name))}\n"
         + stub
     )
 

@@ -15,7 +15,8 @@ filter (`filters`), and a config file read back as its framework would (`reader.
   `torchao_reader` (torchao, accelerate).
 - `module_rules`: each framework's module filter on a real model, `(module, fqn) -> bool`.
 - `python_file`: a Python config read from its syntax tree, never run; `filter_function`: its module filter,
-  evaluated by `filter_eval` (in the Python subset of `filter_language`) or, trusted, run alone.
+  evaluated by `filter_eval` (in the Python subset of `filter_language`) or, trusted, run alone;
+  `module_scope`: which statement binds each name the filter reads, so that what is read is what runs.
 """
 
 from fp8advisor._lazy import lazy_exports

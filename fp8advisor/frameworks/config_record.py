@@ -3,7 +3,9 @@ converts), as the readers of each format return it.
 
 Also the records every reader builds the same way (`fp8_off`: a Python config with no float8 set-up;
 `experts_only`: one that converts only the MoE experts) and the two values every format reads with the same
-errors (`recipe_named`: a recipe_name; `string_list`: a filter_fqns list, or torchtitan's "a,b,c" form).
+errors (`recipe_named`: a recipe_name; `string_list`: a filter_fqns list, or torchtitan's "a,b,c" form), and
+the checked reads of each field's type (`optional_bool`, `section`; `key_names` for a note listing keys of
+any type): a value of the wrong type is one ConfigError naming its key, never a traceback or a guess.
 """
 
 from __future__ import annotations
@@ -105,12 +107,22 @@ def fp8_off(framework: ConfigFormat, path: Path, recipe: Recipe, missing: str) -
 
 
 def recipe_named(name: Any, path: Path, where: str) -> Recipe:
-    """The recipe a file names; a ConfigError naming the file and `where` for an unknown name."""
+    """The recipe a file names; a ConfigError naming the file and `where` for an unknown name, or a value
+    that is not a name at all (a number, a list: quoted short, never expanded)."""
+    if not isinstance(name, str):
+        raise ConfigError(
+            f"recipe_name must be a string, not {_kind(name)} {quote(name)}",
+            location=f"{path} ({where})",
+            hint=f"use one of: {', '.join(recipe.value for recipe in Recipe)}",
+        )
     return parse_choice(Recipe, name, "recipe_name", error=ConfigError, location=f"{path} ({where})")
 
 
-def string_list(value: Any, path: Path, where: str) -> tuple[str, ...]:
-    """A list of strings (absent: empty; a string: torchtitan's comma-separated CLI form)."""
+def string_list(
+    value: Any, path: Path, where: str, example: str = '["output", "attention.wk"]'
+) -> tuple[str, ...]:
+    """A list of strings (absent: empty; a string: torchtitan's comma-separated CLI form); else a
+    ConfigError naming `where` (the key) whose hint shows `example`."""
     if value is None:
         return ()
     if isinstance(value, str):  # torchtitan's CLI form "a,b,c"
@@ -118,10 +130,49 @@ def string_list(value: Any, path: Path, where: str) -> tuple[str, ...]:
     if isinstance(value, (list, tuple)) and all(isinstance(entry, str) for entry in value):
         return tuple(value)
     raise ConfigError(
-        f"{where} must be a list of strings, not {quote(value)}",
+        f"{where} must be a list of strings, not {_kind(value)} {quote(value)}",
         location=str(path),
-        hint='write filter_fqns = ["output", "attention.wk"]',
+        hint=f"write a list of strings, e.g. {example}",
     )
+
+
+def optional_bool(value: Any, path: Path, where: str) -> bool | None:
+    """A true/false switch (absent: None); a ConfigError naming `where` for any other value: a framework
+    testing it for truth would take the string "false" as true, so no other value is guessed at."""
+    if value is None or isinstance(value, bool):
+        return value
+    raise ConfigError(
+        f"{where} must be true or false, not {_kind(value)} {quote(value)}",
+        location=str(path),
+        hint=f"set {where} to true or false",
+    )
+
+
+def section(value: Any, path: Path, where: str) -> dict[Any, Any] | None:
+    """A mapping of settings (absent: None); a ConfigError naming `where` when it is anything else. Its keys
+    are not checked: a YAML key can be a number or null, which the frameworks ignore as an unknown key (their
+    readers look keys up by name), and so do the readers here (`key_names` names them in a note)."""
+    if value is None or isinstance(value, dict):
+        return value
+    raise ConfigError(
+        f"{where} must be a mapping of settings, not {_kind(value)} {quote(value)}",
+        location=str(path),
+        hint=f"write {where} as key: value lines",
+    )
+
+
+def key_names(keys: Any) -> list[str]:
+    """The keys of a mapping read from a file, as a message names them, sorted: a name as it is, any other
+    key (a YAML number, null, a date) quoted; never a comparison of a number with a string."""
+    return sorted(key if isinstance(key, str) else quote(key) for key in keys)
+
+
+def _kind(value: Any) -> str:
+    """ "a list", "an int", "null": what a value from a file is, for a message."""
+    if value is None:
+        return "null"
+    name = {bool: "boolean", str: "string", dict: "mapping"}.get(type(value), type(value).__name__)
+    return f"an {name}" if name[0] in "aeiou" else f"a {name}"
 
 
 def experts_only(linear: FrameworkConfig, missing: str) -> FrameworkConfig:
@@ -133,4 +184,13 @@ def experts_only(linear: FrameworkConfig, missing: str) -> FrameworkConfig:
     )
 
 
-__all__ = ["FrameworkConfig", "experts_only", "fp8_off", "recipe_named", "string_list"]
+__all__ = [
+    "FrameworkConfig",
+    "experts_only",
+    "fp8_off",
+    "key_names",
+    "optional_bool",
+    "recipe_named",
+    "section",
+    "string_list",
+]

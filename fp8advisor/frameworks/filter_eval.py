@@ -10,14 +10,18 @@ function instead (`fp8advisor.frameworks.filter_function`).
 What is evaluated, and the words for what is refused, are in `fp8advisor.frameworks.filter_language`.
 
 Values stay plain (strings, numbers, tuples, sets, `torch.Size`, None); the module and its weight are read
-only through the attributes listed there. Nothing the file defines is called, and every loop runs over a
-finite literal or a string, so an evaluation always ends.
+only through the attributes listed there. Each module-level name the function reads is what it is when the
+framework calls the filter: the one statement that binds it, never changed in place
+(`module_scope.ModuleScope`); a name the file binds twice, changes, or reaches by a string is refused.
+Nothing the file defines is called, and an evaluation always ends: each call of the filter evaluates at most
+`filter_language.MAX_STEPS` syntax nodes, all calls together take at most `MAX_SECONDS`, no string or
+collection it builds exceeds `MAX_LENGTH` items and no int `MAX_INT_BITS` bits, and the syntax is at most
+`python_file.MAX_SYNTAX_DEPTH` deep (`filter_language.Budget`); past a bound, a ConfigError says which.
 """
 
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -34,18 +38,16 @@ from fp8advisor.frameworks.filter_language import (
     PLAIN_TYPES,
     STRING_METHODS,
     TENSOR_ATTRIBUTES,
+    Budget,
     Function,
     Refused,
+    Unsettled,
     describe,
+    refusal_error,
     snippet,
 )
-from fp8advisor.frameworks.python_file import (
-    NOT_LITERAL,
-    changed_at,
-    import_origin,
-    literal_value,
-    module_bindings,
-)
+from fp8advisor.frameworks.module_scope import ModuleScope, import_origin, scope_name
+from fp8advisor.frameworks.python_file import NOT_LITERAL, frozen, literal_error, literal_value
 
 
 class _Return(Exception):
@@ -72,11 +74,11 @@ class FilterEvaluator:
     naming that module's FQN.
     """
 
-    def __init__(self, function: Function, tree: ast.Module, path: Path):
+    def __init__(self, function: Function, scope: ModuleScope):
         self.function = function
-        self.path = path
-        self._module_names = module_bindings(tree)
-        self._tree = tree
+        self.path = scope.path
+        self._scope = scope
+        self._budget = Budget()
         self._constants: dict[str, Any] = {}
         self._classes: dict[str, type] = {}  # dotted name in the file -> class, for isinstance
         self._locals = _assigned_names(function)
@@ -84,9 +86,13 @@ class FilterEvaluator:
             self._parameters, defaults = self._check_signature(function)
             for statement in self._body(function):
                 self._check(statement, frozenset(self._parameters) | self._locals)
-            self._defaults = [self._plain(self._evaluate(d, {}), d) for d in defaults]
+            self._defaults = self._bounded(lambda: [self._plain(self._evaluate(d, {}), d) for d in defaults])
         except Refused as refused:
             raise self._error(refused) from None
+        except (_Break, _Continue, ConfigError):
+            raise
+        except Exception as error:  # a default Python refuses: {("a", ["b"])}, 1 // 0
+            raise self._raised(error) from None
 
     # --- the answer -------------------------------------------------------------------------------------
 
@@ -96,33 +102,47 @@ class FilterEvaluator:
         scope = dict(zip(self._parameters, [module, fqn, *self._defaults[2 - required :]], strict=True))
         try:
             if isinstance(self.function, ast.Lambda):
-                result = self._evaluate(self.function.body, scope)
+                body = self.function.body
+                result = self._bounded(lambda: self._evaluate(body, scope))
             else:
-                result = self._run_block(self.function.body, scope)
+                result = self._bounded(lambda: self._run_block(self.function.body, scope))
             return self._truth(result, self.function)
         except Refused as refused:
             raise self._error(refused, fqn) from None
         except (_Break, _Continue):  # pragma: no cover - `_check` allows them inside a loop only
             raise self._error(Refused(self.function, "break or continue outside a loop"), fqn) from None
         except Exception as error:
-            raise ConfigError(
-                f"the filter function raised on {fqn!r}: {type(error).__name__}: {error}",
-                location=f"{self.path}:{self.function.lineno}",
-                hint="the filter may use only its arguments, literal module-level constants, and "
-                "nn.Linear's in_features, out_features and weight.shape",
-            ) from None
+            raise self._raised(error, fqn) from None
+
+    def _bounded(self, evaluation):
+        """Run `evaluation` under the budget: its steps counted from 0, its time taken from what is left."""
+        self._budget.start()
+        try:
+            return evaluation()
+        finally:
+            self._budget.stop()
+
+    def _raised(self, error: Exception, fqn: str | None = None) -> ConfigError:
+        """The ConfigError for an exception of the evaluation (on the layer `fqn`, or of a default)."""
+        kind = type(error).__name__
+        if isinstance(error, (RecursionError, MemoryError)):
+            detail = "the filter is too deep or too large to evaluate"
+        else:
+            try:
+                detail = str(error)
+            except Exception:  # an exception whose text cannot be made
+                detail = "(no message)"
+        return ConfigError(
+            f"the filter function raised on {fqn!r}: {kind}: {detail}"
+            if fqn is not None
+            else f"a default argument of the filter function raised {kind}: {detail}",
+            location=f"{self.path}:{self.function.lineno}",
+            hint="the filter may use only its arguments, literal module-level constants, and "
+            "nn.Linear's in_features, out_features and weight.shape",
+        )
 
     def _error(self, refused: Refused, fqn: str | None = None) -> ConfigError:
-        on = f" (on {fqn!r})" if fqn is not None else ""
-        return ConfigError(
-            f"cannot evaluate {refused.what} in the filter function{on} without running the file's code: "
-            "pass --trust-config to run it",
-            location=f"{self.path}:{getattr(refused.node, 'lineno', self.function.lineno)}",
-            hint="verify decides a Python filter without running it; it evaluates literal names and sets, "
-            "fqn tests (in, ==, startswith, endswith), isinstance(module, nn.Linear) and "
-            "in_features/out_features arithmetic. --trust-config runs the function as your framework "
-            "will: use it only for a file you trust",
-        )
+        return refusal_error(refused, self.path, self.function.lineno, fqn)
 
     # --- checking, before anything runs -----------------------------------------------------------------
 
@@ -257,39 +277,16 @@ class FilterEvaluator:
         check(node.elt, inner)
 
     def _check_name(self, node: ast.Name, bound: frozenset[str]) -> None:
-        """A local, or a module-level literal constant (its value is read now, once)."""
-        name = node.id
-        if name in bound or name in self._constants:
-            return
-        bindings = self._module_names.get(name, [])
-        if not bindings:
-            raise Refused(node, f"the name `{name}` (not an argument, a local or a constant of the file)")
-        # Before the bindings are counted: `SKIP[0] = ...` and `for SKIP[0] in ...` name SKIP as a target,
-        # but change it in place rather than bind it again.
-        changed = changed_at(self._tree, name)
-        if changed is not None:
-            raise Refused(changed, f"a change of the constant `{name}` (`{snippet(changed)}`)")
-        statement = bindings[-1]
-        if len(bindings) > 1 or not isinstance(statement, (ast.Assign, ast.AnnAssign)):
-            raise Refused(
-                node, f"the name `{name}` (bound at line {statement.lineno}, not a literal constant)"
-            )
-        value = literal_value(statement.value)
-        if value is NOT_LITERAL:
-            raise ConfigError(
-                f"the filter uses {name}, which is not a literal constant: {snippet(statement.value)}",
-                location=f"{self.path}:{statement.lineno}",
-                hint="write the constant as a literal (a set, list or tuple of strings) so it can be read "
-                "alone, or pass --trust-config to run the filter",
-            )
-        self._constants[name] = value
+        """A local, or a module-level literal constant (its value is read now, once: `module_constant`)."""
+        if node.id not in bound and node.id not in self._constants:
+            self._constants[node.id] = module_constant(self._scope, node, self.function)
 
     def _check_call(self, node: ast.Call, bound: frozenset[str]) -> None:
         if node.keywords or any(isinstance(argument, ast.Starred) for argument in node.args):
             raise Refused(node, describe(node))
         function = node.func
         builtin = (
-            function.id if isinstance(function, ast.Name) and self._is_builtin(function.id, bound) else None
+            function.id if isinstance(function, ast.Name) and self._is_builtin(function, bound) else None
         )
         if builtin == "isinstance" and len(node.args) == 2:
             self._check(node.args[0], bound)
@@ -300,26 +297,40 @@ class FilterEvaluator:
         if isinstance(function, ast.Attribute) and function.attr in STRING_METHODS:
             self._check(function.value, bound)
         elif builtin not in BUILTIN_FUNCTIONS:
+            if isinstance(function, ast.Name) and function.id in (*BUILTIN_FUNCTIONS, "isinstance"):
+                bindings = self._scope.bindings(function.id)
+                if function.id not in bound and bindings:
+                    raise Refused(
+                        node, f"the call `{snippet(node)}` (`{function.id}` is {bindings[0].describe()})"
+                    )
             raise Refused(node, describe(node))
         for argument in node.args:
             self._check(argument, bound)
 
-    def _is_builtin(self, name: str, bound: frozenset[str]) -> bool:
-        """True when `name` means Python's builtin here: neither a local nor bound by the file."""
-        return name not in bound and name not in self._module_names
+    def _is_builtin(self, name: ast.Name, bound: frozenset[str]) -> bool:
+        """True when `name` means Python's builtin here: neither a local nor bound by the file (and the
+        file reaches no namespace by a string)."""
+        if name.id in bound or self._scope.home(name) is not self._scope.tree:
+            return False
+        binding = self._scope.settled_binding(
+            name.id, f"the name `{name.id}`", read=name, allowed=self.function
+        )
+        return binding is None
 
     def _check_class(self, reference: ast.expr) -> None:
-        """`nn.Linear`, `torch.nn.Linear` or `Linear`, resolved through the file's own imports."""
+        """`nn.Linear`, `torch.nn.Linear` or `Linear`, resolved through the file's own imports, which must
+        be its only bindings of that name, and never patched (`nn.Linear = ...`)."""
         parts: list[str] = []
         node: ast.expr = reference
         while isinstance(node, ast.Attribute):
             parts.insert(0, node.attr)
             node = node.value
         origin = None
-        if isinstance(node, ast.Name):
-            bindings = self._module_names.get(node.id, [])
-            origins = {import_origin(statement, node.id) for statement in bindings}
-            if len(origins) == 1:
+        if isinstance(node, ast.Name) and self._scope.home(node) is self._scope.tree:
+            self._scope.check_no_dynamic(f"the name `{node.id}`", self.function)
+            bindings = self._scope.bindings(node.id)
+            origins = {import_origin(binding.statement, node.id) for binding in bindings}
+            if len(origins) == 1 and all(binding.top for binding in bindings):
                 origin = origins.pop()
         dotted = ".".join([origin, *parts]) if origin else None
         if dotted not in ISINSTANCE_CLASSES:
@@ -328,6 +339,7 @@ class FilterEvaluator:
                 f"the class `{snippet(reference)}` (isinstance is evaluated for torch.nn.Linear and "
                 "torch.nn.Module, as the file imports them)",
             )
+        self._scope.check_not_patched("torch")
         self._classes[ast.unparse(reference)] = ISINSTANCE_CLASSES[dotted]
 
     # --- evaluating -------------------------------------------------------------------------------------
@@ -342,6 +354,7 @@ class FilterEvaluator:
         return None
 
     def _run(self, node: ast.stmt, scope: dict[str, Any]) -> None:
+        self._budget.step(node)
         if isinstance(node, ast.Return):
             raise _Return(None if node.value is None else self._evaluate(node.value, scope))
         if isinstance(node, ast.If):
@@ -379,6 +392,7 @@ class FilterEvaluator:
             raise Refused(node, describe(node))
 
     def _evaluate(self, node: ast.expr, scope: dict[str, Any]) -> Any:
+        self._budget.step(node)
         evaluate = self._evaluate
         if isinstance(node, ast.Constant):
             return node.value
@@ -410,23 +424,9 @@ class FilterEvaluator:
             self._number(operand, node.operand)
             return -operand if isinstance(node.op, ast.USub) else +operand
         if isinstance(node, ast.BinOp):
-            left, right = evaluate(node.left, scope), evaluate(node.right, scope)
-            strings = isinstance(node.op, ast.Add) and isinstance(left, str) and isinstance(right, str)
-            if not strings:
-                self._number(left, node.left)
-                self._number(right, node.right)
-            return ARITHMETIC[type(node.op)](left, right)
+            return self._arithmetic(node, evaluate(node.left, scope), evaluate(node.right, scope))
         if isinstance(node, ast.Compare):
-            left = evaluate(node.left, scope)
-            for op, comparator in zip(node.ops, node.comparators, strict=True):
-                right = evaluate(comparator, scope)
-                if not isinstance(op, (ast.Is, ast.IsNot)):
-                    self._plain(left, node.left)
-                    self._plain(right, comparator)
-                if not COMPARISONS[type(op)](left, right):
-                    return False
-                left = right
-            return True
+            return self._compare(node, scope)
         if isinstance(node, ast.IfExp):
             chosen = node.body if self._truth(evaluate(node.test, scope), node.test) else node.orelse
             return evaluate(chosen, scope)
@@ -450,23 +450,55 @@ class FilterEvaluator:
                 bounds.append(value)
             return slice(*bounds)
         if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
-            values = self._comprehension(node, node.generators, scope)
+            values: list = []
+            self._comprehension(node, node.generators, scope, values)
             return set(values) if isinstance(node, ast.SetComp) else values
         if isinstance(node, ast.Call):
             return self._call(node, scope)
         raise Refused(node, describe(node))  # pragma: no cover - `_check` refused it
 
-    def _comprehension(self, node, generators: list[ast.comprehension], scope: dict[str, Any]) -> list:
+    def _arithmetic(self, node: ast.BinOp, left: Any, right: Any) -> Any:
+        """`left <op> right` on numbers, or `+` on strings; a string or an int past the budget's bounds is
+        refused before it is built."""
+        if isinstance(node.op, ast.Add) and isinstance(left, str) and isinstance(right, str):
+            self._budget.length(len(left) + len(right), node)
+            return left + right
+        self._number(left, node.left)
+        self._number(right, node.right)
+        if isinstance(left, int) and isinstance(right, int):  # a product has the bits of both, a sum one more
+            sizes = (abs(left).bit_length(), abs(right).bit_length())
+            self._budget.bits(sum(sizes) if isinstance(node.op, ast.Mult) else max(sizes) + 1, node)
+        return ARITHMETIC[type(node.op)](left, right)
+
+    def _compare(self, node: ast.Compare, scope: dict[str, Any]) -> bool:
+        """A chained comparison as Python evaluates it: `a < b < c` is `a < b and b < c`, b evaluated once."""
+        left, left_node = self._evaluate(node.left, scope), node.left
+        for op, comparator in zip(node.ops, node.comparators, strict=True):
+            right = self._evaluate(comparator, scope)
+            if not isinstance(op, (ast.Is, ast.IsNot)):
+                self._plain(left, left_node)
+                self._plain(right, comparator)
+            if not COMPARISONS[type(op)](left, right):
+                return False
+            left, left_node = right, comparator
+        return True
+
+    def _comprehension(
+        self, node, generators: list[ast.comprehension], scope: dict[str, Any], values: list
+    ) -> None:
+        """Append to `values` the elements of the comprehension `node` from `generators` on, within the
+        budget's length."""
         if not generators:
-            return [self._plain(self._evaluate(node.elt, scope), node.elt)]
+            values.append(self._plain(self._evaluate(node.elt, scope), node.elt))
+            self._budget.length(len(values), node)
+            return
         generator, rest = generators[0], generators[1:]
         assert isinstance(generator.target, ast.Name)
-        values = []
         for item in self._iterable(self._evaluate(generator.iter, scope), generator.iter):
+            self._budget.step(generator)
             inner = {**scope, generator.target.id: item}
             if all(self._truth(self._evaluate(condition, inner), condition) for condition in generator.ifs):
-                values.extend(self._comprehension(node, rest, inner))
-        return values
+                self._comprehension(node, rest, inner, values)
 
     def _call(self, node: ast.Call, scope: dict[str, Any]) -> Any:
         function = node.func
@@ -505,6 +537,40 @@ class FilterEvaluator:
 
 
 # ----------------------------------------------------------------------------------------------------
+# The names the function reads
+
+
+def module_constant(scope: ModuleScope, node: ast.Name, function: ast.AST) -> Any:
+    """The value the module-level constant `node` names has when `function` (which reads it) runs: the
+    literal of the one statement that binds it, when nothing can change it (a tuple, frozenset, string or
+    number; a list, set or dict only when every use outside `function` is a read: `ModuleScope`).
+    `Refused` when the name is no constant of the file (then `Unsettled` when its value cannot be told),
+    ConfigError when its value is no literal."""
+    name = node.id
+    home = scope.home(node)
+    if home is not scope.tree:
+        raise Refused(node, f"the name `{name}` (a variable of {scope_name(home)}, not a module constant)")
+    binding = scope.settled_binding(name, f"the name `{name}`", read=node, allowed=function)
+    if binding is None:
+        raise Refused(node, f"the name `{name}` (not an argument, a local or a constant of the file)")
+    statement = binding.statement
+    targets = statement.targets if isinstance(statement, ast.Assign) else [getattr(statement, "target", None)]
+    value_node = getattr(statement, "value", None)
+    if not isinstance(statement, (ast.Assign, ast.AnnAssign)) or value_node is None:
+        raise Refused(node, f"the name `{name}` (bound by {binding.describe()}, not a literal constant)")
+    if not all(isinstance(target, ast.Name) for target in targets):
+        raise Refused(node, f"the name `{name}` (bound by {binding.describe()}, not a literal constant)")
+    value = literal_value(value_node)
+    if value is NOT_LITERAL:
+        raise literal_error(value_node, scope.path, f"the filter uses {name}, which")
+    if not frozen(value):
+        if len(targets) > 1:  # A = B = [...]: a change through B changes A
+            raise Unsettled(statement, f"the name `{name}` (bound with another name: `{snippet(statement)}`)")
+        scope.check_reads_only(name, function)
+    return value
+
+
+# ----------------------------------------------------------------------------------------------------
 # The function's own names
 
 
@@ -529,4 +595,4 @@ def _assigned_names(function: Function) -> frozenset[str]:
     return frozenset(names)
 
 
-__all__ = ["FilterEvaluator"]
+__all__ = ["FilterEvaluator", "module_constant"]

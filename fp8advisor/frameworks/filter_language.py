@@ -16,18 +16,28 @@ What is evaluated:
   string methods `startswith`, `endswith`, `split`, `rsplit`, `lower`, `upper`, `strip`.
 
 Anything else is `Refused`: the evaluator turns it into the ConfigError that names the construct (`describe`),
-its line, and `--trust-config`.
+its line, and `--trust-config`. A name whose value when the filter runs cannot be told from the file (bound
+twice, changed in place, reached through `globals()`: `module_scope`) is `Unsettled`, refused with or without
+`--trust-config`.
+
+Every evaluation is bounded (`Budget`, `Overrun` when a bound is passed): at most `MAX_STEPS` syntax nodes per
+call of the filter, `MAX_SECONDS` of wall time over all its calls on one model, strings and collections of
+at most `MAX_LENGTH` items, ints of at most `MAX_INT_BITS` bits. The syntax itself is at most
+`python_file.MAX_SYNTAX_DEPTH` deep, so the evaluator's recursion is bounded too.
 """
 
 from __future__ import annotations
 
 import ast
 import operator
+import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
+
+from fp8advisor.errors import ConfigError
 
 #: The classes a filter may test with isinstance, by the dotted name the file's imports give them.
 ISINSTANCE_CLASSES: dict[str, type] = {
@@ -130,9 +140,99 @@ class Refused(Exception):
         self.what = what
 
 
+class Unsettled(Refused):
+    """A name whose value when the framework calls the filter is not the one written at one place: bound
+    more than once, changed in place, or reached by a string. Running the function alone (--trust-config)
+    cannot tell either."""
+
+
+class Overrun(Refused):
+    """An evaluation that passed one of the bounds of `Budget`."""
+
+
+#: The bounds of an evaluation (see the module docstring).
+MAX_STEPS = 1_000_000
+MAX_SECONDS = 120.0
+MAX_LENGTH = 1_000_000
+MAX_INT_BITS = 4096
+
+
+class Budget:
+    """The steps, time and sizes one filter's evaluations may take: `step` once per syntax node evaluated,
+    `size` on each value built. `start` begins one call; the time is counted over all calls."""
+
+    def __init__(self, seconds: float | None = None):
+        self.seconds_left = MAX_SECONDS if seconds is None else seconds
+        self.steps = 0
+        self._deadline = 0.0
+        self._started = 0.0
+
+    def start(self) -> None:
+        self.steps = 0
+        self._started = time.monotonic()
+        self._deadline = self._started + self.seconds_left
+
+    def stop(self) -> None:
+        self.seconds_left -= time.monotonic() - self._started
+
+    def step(self, node: ast.AST) -> None:
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            raise Overrun(node, f"it takes more than {MAX_STEPS:,} steps on one layer (at `{snippet(node)}`)")
+        if self.steps % 1024 == 0 and time.monotonic() > self._deadline:
+            raise Overrun(node, f"it takes more than {MAX_SECONDS:.0f} s in all (at `{snippet(node)}`)")
+
+    def length(self, length: int, node: ast.AST) -> None:
+        """Refuse building a string or collection of `length` items."""
+        if length > MAX_LENGTH:
+            raise Overrun(node, f"it builds a value of {length:,} items or characters (at `{snippet(node)}`)")
+
+    def bits(self, bits: int, node: ast.AST) -> None:
+        """Refuse computing an int of about `bits` bits."""
+        if bits > MAX_INT_BITS:
+            raise Overrun(node, f"it computes a number of about {bits:,} bits (at `{snippet(node)}`)")
+
+
+def refusal_error(refused: Refused, path: object, line: int | None, fqn: str | None = None) -> ConfigError:
+    """The ConfigError for a refusal: where (`path`, the refused node's line, else `line`), what, and what
+    to do, which depends on the kind (see `Refused`, `Unsettled`, `Overrun`)."""
+    on = f" (on {fqn!r})" if fqn is not None else ""
+    location = f"{path}:{getattr(refused.node, 'lineno', None) or line or '?'}"
+    if isinstance(refused, Unsettled):
+        return ConfigError(
+            f"cannot evaluate {refused.what}{on}: its value when the framework reads it cannot be "
+            "told without running the whole file (--trust-config runs only the filter function: it cannot "
+            "tell either)",
+            location=location,
+            hint="bind the filter function, each module-level name it reads and the config once, with one "
+            "top-level def or assignment, and change none of them afterwards: a constant is safest as a "
+            "tuple or a frozenset (a list, set or dict may be used elsewhere only by `in` and for loops)",
+        )
+    if isinstance(refused, Overrun):
+        return ConfigError(
+            f"cannot evaluate the filter function{on}: {refused.what}, more than verify evaluates",
+            location=location,
+            hint=f"verify evaluates at most {MAX_STEPS:,} steps per layer and {MAX_SECONDS:.0f} s in all, "
+            f"values of at most {MAX_LENGTH:,} items and numbers of {MAX_INT_BITS} bits; a real filter "
+            "needs far less: simplify it, or pass --trust-config to run it",
+        )
+    return ConfigError(
+        f"cannot evaluate {refused.what} in the filter function{on} without running the file's code: "
+        "pass --trust-config to run it",
+        location=location,
+        hint="verify decides a Python filter without running it; it evaluates literal names and sets, "
+        "fqn tests (in, ==, startswith, endswith), isinstance(module, nn.Linear) and "
+        "in_features/out_features arithmetic. --trust-config runs the function as your framework "
+        "will: use it only for a file you trust",
+    )
+
+
 def snippet(node: ast.AST) -> str:
     """The source of `node` on one line, cut to 60 characters: how a message quotes a construct."""
-    text = " ".join(ast.unparse(node).split())
+    try:
+        text = " ".join(ast.unparse(node).split())
+    except (RecursionError, MemoryError, ValueError):  # too deep to unparse: its kind only
+        return f"<{type(node).__name__}, nested too deep to show>"
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -147,6 +247,10 @@ def describe(node: ast.AST) -> str:
 __all__ = [
     "ARITHMETIC",
     "BUILTIN_FUNCTIONS",
+    "MAX_INT_BITS",
+    "MAX_LENGTH",
+    "MAX_SECONDS",
+    "MAX_STEPS",
     "COMPARISONS",
     "CONSTRUCT_WORDS",
     "ISINSTANCE_CLASSES",
@@ -155,8 +259,12 @@ __all__ = [
     "PLAIN_TYPES",
     "STRING_METHODS",
     "TENSOR_ATTRIBUTES",
+    "Budget",
     "Function",
+    "Overrun",
     "Refused",
+    "Unsettled",
     "describe",
+    "refusal_error",
     "snippet",
 ]

@@ -7,6 +7,7 @@ on the writer.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from fp8advisor.files import GENERATED_MARK
@@ -37,14 +38,34 @@ class SuggestHeader:
         return {**values, "recipe": self.recipe_used}
 
 
-def read_header(text: str) -> SuggestHeader | None:
-    """The settings in the comment header `emit.header` wrote at the top of `text`; None when the text
-    has no such header (a hand-written file, a JSON filter list) or it cannot be read."""
+def read_header_lines(text: str) -> list[str]:
+    """The lines of the header at the top of `text`: its leading `#` comment lines, or the `generated_by` and
+    `header` members of a JSON filter list (`emit.torchao_formats.filter_json`); [] when there is none."""
+    if text.startswith('{"generated_by":'):
+        try:
+            document = json.loads(text)
+        except (ValueError, RecursionError):
+            return []
+        first, rest = document.get("generated_by"), document.get("header")
+        if (
+            not isinstance(first, str)
+            or not isinstance(rest, list)
+            or not all(isinstance(x, str) for x in rest)
+        ):
+            return []
+        return [first, *rest]
     lines = []
     for line in text.splitlines():
         if not line.startswith("#"):
             break
         lines.append(line[1:].strip())
+    return lines
+
+
+def read_header(text: str) -> SuggestHeader | None:
+    """The settings in the header `emit.header` wrote at the top of `text` (`read_header_lines`); None when
+    the text has no such header (a hand-written file) or it cannot be read."""
+    lines = read_header_lines(text)
     if not lines or not lines[0].startswith(GENERATED_MARK):
         return None
     recipe_line = next((line for line in lines if line.startswith("recipe: ")), None)
@@ -64,4 +85,4 @@ def read_header(text: str) -> SuggestHeader | None:
     return SuggestHeader(request, given, recipe_line.split()[1], fmt)
 
 
-__all__ = ["CHECK_PREFIX", "SuggestHeader", "read_header"]
+__all__ = ["CHECK_PREFIX", "SuggestHeader", "read_header", "read_header_lines"]

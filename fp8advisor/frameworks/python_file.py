@@ -1,12 +1,18 @@
-"""A Python config file read from its syntax tree, never run: its calls, their keywords, and what it binds at
-module level.
+"""A Python config file read from its syntax tree, never run: its calls, their keywords, the values it binds.
+
+`parse_python` is the one door for a Python config's text: a leading byte-order mark is dropped (Python
+accepts it), a NUL byte is refused at its line, and syntax nested more than `MAX_SYNTAX_DEPTH` deep (or too
+deep for Python's own parser) is refused, so that every reader's and the filter evaluator's recursion over
+the tree is bounded.
 
 The readers of the Python formats (`torchtitan_reader`, `torchao_reader`, `filter_function`) find the
 framework's calls here (`calls_named`, `single_call`, `keyword_value`) and read their arguments as literals
-(`required_literal`), following a module-level `config = ...` once (`resolve_name`). The filter evaluator
-(`filter_eval`) asks which statements bind a name (`module_bindings`), what an import stands for
-(`import_origin`), whether a constant is changed in place anywhere (`changed_at`), and a constant's value
-(`literal_value`, with `set(...)`/`frozenset(...)` of a literal). Nothing here imports or runs the file.
+(`required_literal`: any literal Python refuses, an unhashable set member or dict key included, is a
+ConfigError), following a name such as `config=config` to the one statement that binds it (`resolve_name`,
+through `module_scope.ModuleScope`: a name bound twice, or changed, is refused, never read stale). The filter
+evaluator (`filter_eval`) asks what an import stands for (`import_origin`), a constant's value
+(`literal_value`, with `set(...)`/`frozenset(...)` of a literal) and whether it can change at all
+(`frozen`). Nothing here imports or runs the file.
 """
 
 from __future__ import annotations
@@ -16,17 +22,64 @@ from pathlib import Path
 from typing import Any
 
 from fp8advisor.errors import ConfigError
+from fp8advisor.frameworks.filter_language import Unsettled, refusal_error
+from fp8advisor.frameworks.module_scope import ModuleScope
+
+#: How deep the syntax tree of a Python config may nest (a real config: under 30).
+MAX_SYNTAX_DEPTH = 100
+
+_BOM = "\ufeff"
 
 
 def parse_python(path: Path, text: str) -> ast.Module:
+    """The syntax tree of a Python config; ConfigError for text Python would not run (see the module
+    docstring)."""
+    if text.startswith(_BOM):
+        text = text[len(_BOM) :]
+    if "\0" in text:
+        at = text.index("\0")
+        line, column = text.count("\n", 0, at) + 1, at - (text.rfind("\n", 0, at) + 1) + 1
+        raise ConfigError(
+            f"a NUL byte at line {line}, column {column}: this is not Python source text",
+            location=f"{path}:{line}",
+            hint="remove the NUL byte; a file with many is binary, or saved as UTF-16: save it as UTF-8",
+        )
     try:
-        return ast.parse(text, filename=str(path))
+        tree = ast.parse(text, filename=str(path))
     except SyntaxError as error:
         raise ConfigError(
             f"syntax error: {error.msg}",
-            location=f"{path}:{error.lineno}",
+            location=f"{path}:{error.lineno}" if error.lineno else str(path),
             hint="fix the file so that Python can parse it",
         ) from None
+    except (RecursionError, MemoryError, ValueError) as error:
+        raise ConfigError(
+            f"Python cannot parse this file: {type(error).__name__} (an expression nested thousands deep?)",
+            location=str(path),
+            hint=f"a config nests a few levels deep; this tool reads at most {MAX_SYNTAX_DEPTH}",
+        ) from None
+    deepest = _deepest(tree)
+    if deepest is not None:
+        raise ConfigError(
+            f"the code is nested more than {MAX_SYNTAX_DEPTH} levels deep here: too deep to read safely",
+            location=f"{path}:{getattr(deepest, 'lineno', '?')}",
+            hint=f"a config nests a few levels deep; this tool reads at most {MAX_SYNTAX_DEPTH}: simplify "
+            "the expression",
+        )
+    return tree
+
+
+def _deepest(tree: ast.AST) -> ast.AST | None:
+    """A node deeper than MAX_SYNTAX_DEPTH below `tree` (counted without recursion; the nearest one with a
+    line), or None."""
+    pending: list[tuple[ast.AST, int, ast.AST]] = [(tree, 0, tree)]
+    while pending:
+        node, depth, located = pending.pop()
+        located = node if hasattr(node, "lineno") else located
+        if depth > MAX_SYNTAX_DEPTH:
+            return located
+        pending.extend((child, depth + 1, located) for child in ast.iter_child_nodes(node))
+    return None
 
 
 def call_name(node: ast.Call) -> str:
@@ -70,40 +123,62 @@ def keyword_value(call: ast.Call, name: str) -> ast.expr | None:
 
 
 def required_literal(node: ast.expr, path: Path, what: str) -> Any:
+    """The literal `node` holds; ConfigError naming `what` and its line when it is none."""
+    value = literal_value(node)
+    if value is NOT_LITERAL:
+        raise literal_error(node, path, what)
+    return value
+
+
+def literal_error(node: ast.expr, path: Path, what: str) -> ConfigError:
+    """The ConfigError for `node`: not a literal, or one Python refuses (an unhashable set member)."""
+    inner = node.args[0] if isinstance(node, ast.Call) and len(node.args) == 1 else node  # frozenset({...})
     try:
-        return ast.literal_eval(node)
-    except ValueError:
-        raise ConfigError(
-            f"{what} is not a literal: {ast.unparse(node)}",
-            location=f"{path}:{node.lineno}",
-            hint="the file is read without running it: write the value as a literal (a string, a list of "
-            "strings)",
-        ) from None
+        ast.literal_eval(inner)
+        reason = "not a literal constant"
+    except TypeError as error:  # {["a"]}, {("a", ["b"])}, {["k"]: 1}
+        reason = f"not a valid literal ({error}: a list, set or dict inside a set or as a dict key)"
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        reason = "not a literal constant"
+    shown = " ".join(_source(node).split())
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    return ConfigError(
+        f"{what} is {reason}: {shown}",
+        location=f"{path}:{getattr(node, 'lineno', '?')}",
+        hint="the file is read without running it: write the value as a literal (a string, a list, tuple "
+        "or set of strings)",
+    )
 
 
-def module_assignments(tree: ast.Module) -> dict[str, ast.expr]:
-    found: dict[str, ast.expr] = {}
-    for statement in tree.body:
-        if isinstance(statement, ast.Assign):
-            for target in statement.targets:
-                if isinstance(target, ast.Name):
-                    found[target.id] = statement.value
-        elif (
-            isinstance(statement, ast.AnnAssign)
-            and isinstance(statement.target, ast.Name)
-            and statement.value
-        ):
-            found[statement.target.id] = statement.value
-    return found
+def _source(node: ast.AST) -> str:
+    try:
+        return ast.unparse(node)
+    except (RecursionError, MemoryError, ValueError):
+        return f"<{type(node).__name__}>"
 
 
-def resolve_name(node: ast.expr | None, tree: ast.Module) -> ast.expr | None:
-    """Follow `config = ...` at module level once, so `config=config` reads the assignment."""
-    if isinstance(node, ast.Name):
-        assigned = module_assignments(tree).get(node.id)
-        if assigned is not None:
-            return assigned
-    return node
+def resolve_name(node: ast.expr | None, scope: ModuleScope, what: str = "the config") -> ast.expr | None:
+    """Follow a name (`config=config`) to the value of the one assignment that binds it where the name is
+    read (the module, or the function it is read in); the node itself when it is no name or nothing binds
+    it. ConfigError when the name is bound more than once or otherwise than by `name = value`."""
+    if not isinstance(node, ast.Name):
+        return node
+    home = scope.home(node)
+    try:
+        binding = scope.settled_binding(
+            node.id, f"{what} `{node.id}`", read=node, scope=None if home is scope.tree else home
+        )
+        if binding is None:
+            return node
+        statement = binding.statement
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and statement.value:
+            if isinstance(statement.targets[0], ast.Name):
+                return statement.value
+        if isinstance(statement, ast.AnnAssign) and statement.value is not None:
+            return statement.value
+        raise Unsettled(binding.node, f"{what} `{node.id}`, bound by {binding.describe()}")
+    except Unsettled as unsettled:
+        raise refusal_error(unsettled, scope.path, node.lineno) from None
 
 
 #: What `literal_value` answers for an expression that is not a literal.
@@ -111,7 +186,8 @@ NOT_LITERAL = object()
 
 
 def literal_value(node: ast.expr) -> Any:
-    """A literal, or set()/frozenset()/tuple()/list() of a literal; `NOT_LITERAL` otherwise."""
+    """A literal, or set()/frozenset()/tuple()/list() of a literal; `NOT_LITERAL` otherwise (also for a
+    literal Python refuses, such as an unhashable set member)."""
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -125,107 +201,33 @@ def literal_value(node: ast.expr) -> Any:
     ):
         try:
             inner = ast.literal_eval(node.args[0]) if node.args else ()
+            return {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list}[node.func.id](inner)
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             return NOT_LITERAL
-        return {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list}[node.func.id](inner)
     return NOT_LITERAL
 
 
-def module_bindings(tree: ast.Module) -> dict[str, list[ast.stmt]]:
-    """Each name bound by a module-level statement, with the statements that bind it (in file order)."""
-    found: dict[str, list[ast.stmt]] = {}
-
-    def bind(name: str, statement: ast.stmt) -> None:
-        found.setdefault(name, []).append(statement)
-
-    for statement in tree.body:
-        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            bind(statement.name, statement)
-        elif isinstance(statement, (ast.Import, ast.ImportFrom)):
-            for alias in statement.names:
-                bind((alias.asname or alias.name).split(".")[0], statement)
-        else:
-            targets: list[ast.AST] = []
-            if isinstance(statement, ast.Assign):
-                targets = list(statement.targets)
-            elif isinstance(statement, (ast.AnnAssign, ast.AugAssign)):
-                targets = [statement.target]
-            elif isinstance(statement, (ast.For, ast.AsyncFor)):
-                targets = [statement.target]
-            elif isinstance(statement, (ast.With, ast.AsyncWith)):
-                targets = [item.optional_vars for item in statement.items if item.optional_vars]
-            for target in targets:
-                for node in ast.walk(target):
-                    if isinstance(node, ast.Name):
-                        bind(node.id, statement)
-            # Names bound inside module-level if / try / while blocks: bound, but not as a plain constant.
-            if not isinstance(statement, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-                for node in ast.walk(statement):
-                    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                        bind(node.id, statement)
-                    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                        bind(node.name, statement)
-                    elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                        for alias in node.names:
-                            bind((alias.asname or alias.name).split(".")[0], statement)
-    for names in found.values():  # a statement that binds a name twice (a, a = ...) counts once
-        names[:] = list(dict.fromkeys(names))
-    return found
-
-
-def import_origin(statement: ast.stmt, name: str) -> str | None:
-    """The dotted module path `name` stands for when `statement` imports it ("torch.nn" for `from torch
-    import nn`), None when the statement is no plain import of it."""
-    if isinstance(statement, ast.Import):
-        for alias in statement.names:
-            if alias.asname == name:
-                return alias.name
-            if alias.asname is None and alias.name.split(".")[0] == name:
-                return name
-    elif isinstance(statement, ast.ImportFrom) and statement.level == 0 and statement.module:
-        for alias in statement.names:
-            if (alias.asname or alias.name) == name:
-                return f"{statement.module}.{alias.name}"
-    return None
-
-
-#: Methods that change a list or set in place: a constant they are called on is not a constant.
-_MUTATING_METHODS = frozenset(
-    {"append", "extend", "insert", "remove", "pop", "clear", "add", "discard", "update", "sort", "reverse"}
-)
-
-
-def changed_at(tree: ast.Module, name: str) -> ast.AST | None:
-    """A statement anywhere in the file that changes the list or set `name` in place, or makes it global."""
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in _MUTATING_METHODS
-            and isinstance(node.func.value, ast.Name)
-            and node.func.value.id == name
-        ):
-            return node
-        if isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            if isinstance(node.value, ast.Name) and node.value.id == name:
-                return node
-        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
-            return node
-        if isinstance(node, ast.Global) and name in node.names:
-            return node
-    return None
+def frozen(value: Any) -> bool:
+    """Whether nothing can change `value` in place: a string, a number, a tuple or frozenset of such."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, (tuple, frozenset)):
+            pending.extend(item)
+        elif not isinstance(item, (str, bytes, int, float, complex, bool, type(None))) and item is not ...:
+            return False
+    return True
 
 
 __all__ = [
+    "MAX_SYNTAX_DEPTH",
     "NOT_LITERAL",
     "call_name",
     "calls_named",
-    "changed_at",
-    "import_origin",
+    "frozen",
     "keyword_value",
+    "literal_error",
     "literal_value",
-    "module_assignments",
-    "module_bindings",
     "parse_python",
     "required_literal",
     "resolve_name",

@@ -13,7 +13,9 @@ and hands the file to its reader, which returns a `config_record.FrameworkConfig
 - megatron: Megatron-Core's precision config (YAML with `configs` and `matchers`) is recognised and refused
   with a ConfigError: Transformer Engine's modules in Megatron's own model are not simulated here.
 
-Python files are parsed, never imported (`python_file`); none of the file's code runs unless `trust_config`
+The file is read by `read_config_text` (`fp8advisor.reading`: a regular file of bounded size, UTF-8, a
+byte-order mark dropped), and parsed by `reading`'s bounded parsers. Python files are parsed, never imported
+(`python_file`); none of the file's code runs unless `trust_config`
 lets its filter function run, and then nothing else of the file.
 """
 
@@ -31,6 +33,7 @@ from fp8advisor.frameworks.python_file import call_name, parse_python
 from fp8advisor.frameworks.torchao_reader import read_accelerate, read_torchao
 from fp8advisor.frameworks.torchtitan_reader import read_torchtitan_py, read_torchtitan_toml
 from fp8advisor.frameworks.yaml_reader import load_yaml, read_filter_list, read_nemo
+from fp8advisor.reading import MAX_CONFIG_BYTES, read_text
 from fp8advisor.recipes import Recipe, parse_recipe
 
 
@@ -94,6 +97,19 @@ def _format_in_header(text: str) -> ConfigFormat | None:
     return header.format if header is not None else None
 
 
+def read_config_text(path: str | Path) -> str:
+    """The text of the config file at `path`, read by `fp8advisor.reading`: a regular file of at most
+    `reading.MAX_CONFIG_BYTES` (a pipe or a device is refused, never waited on), UTF-8 with any byte-order
+    mark dropped, no NUL byte; a ConfigError otherwise. Every reader of a config's text reads it here."""
+    return read_text(
+        path,
+        "config file",
+        error=ConfigError,
+        max_bytes=MAX_CONFIG_BYTES,
+        hint="check the path given to --config",
+    )
+
+
 def read_config(
     path: str | Path,
     *,
@@ -106,12 +122,7 @@ def read_config(
     it from its syntax (see the module docstring). Raises ConfigError (exit 2) for unreadable or unsupported
     files, and for a Python filter this tool cannot evaluate without running it."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"no such config file: {path}", hint="check the path given to --config") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"cannot read {path}: {error}") from None
+    text = read_config_text(path)
     chosen = parse_format(framework) if framework is not None else detect_framework(path, text)
     default_recipe = parse_recipe(recipe) if recipe is not None else None
     readers = {
@@ -135,4 +146,4 @@ def read_config(
     return reader(path, text, default_recipe)
 
 
-__all__ = ["detect_framework", "read_config"]
+__all__ = ["detect_framework", "read_config", "read_config_text"]

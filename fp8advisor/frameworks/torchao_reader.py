@@ -22,6 +22,7 @@ from fp8advisor.frameworks.config_record import FrameworkConfig, experts_only, f
 from fp8advisor.frameworks.filter_function import read_filter_function
 from fp8advisor.frameworks.formats import ConfigFormat
 from fp8advisor.frameworks.module_rules import accelerate_default_rule
+from fp8advisor.frameworks.module_scope import ModuleScope
 from fp8advisor.frameworks.python_file import (
     call_name,
     calls_named,
@@ -50,11 +51,12 @@ def read_torchao(
 ) -> FrameworkConfig:
     """A torchao training script: its `convert_to_float8_training` and its `quantize_` of the experts."""
     tree = parse_python(path, text)
-    linear = _read_torchao_linear(path, tree, trust_config=trust_config)
+    scope = ModuleScope(tree, path)
+    linear = _read_torchao_linear(scope, trust_config=trust_config)
     calls = [
         call
         for call in calls_named(tree, "quantize_")
-        if (config := resolve_name(keyword_value(call, "config"), tree)) is not None
+        if (config := resolve_name(keyword_value(call, "config"), scope)) is not None
         and isinstance(config, ast.Call)
         and call_name(config) == "Float8TrainingOpConfig"
     ]
@@ -77,7 +79,7 @@ def read_torchao(
             location=f"{path}:{calls[0].lineno}",
             hint="pass filter_fn=<a function of (module, fqn) naming the expert modules>",
         )
-    predicate, rule, _entries = read_filter_function(filter_node, tree, path, trust_config=trust_config)
+    predicate, rule, _entries = read_filter_function(filter_node, scope, trust_config=trust_config)
     return replace(
         experts_only(linear, "convert_to_float8_training"),
         converts_experts=True,
@@ -86,12 +88,13 @@ def read_torchao(
     )
 
 
-def _read_torchao_linear(path: Path, tree: ast.Module, *, trust_config: bool) -> FrameworkConfig:
+def _read_torchao_linear(scope: ModuleScope, *, trust_config: bool) -> FrameworkConfig:
     """The nn.Linear part: `convert_to_float8_training(model, config=..., module_filter_fn=...)`."""
+    path, tree = scope.path, scope.tree
     if not calls_named(tree, "convert_to_float8_training"):
         return fp8_off(ConfigFormat.TORCHAO, path, Recipe.TENSORWISE, "convert_to_float8_training")
     call = single_call(tree, "convert_to_float8_training", path)
-    recipe = _recipe_from_python(keyword_value(call, "config"), tree, path)
+    recipe = _recipe_from_python(keyword_value(call, "config"), scope)
     filter_node = keyword_value(call, "module_filter_fn")
     if filter_node is None or (isinstance(filter_node, ast.Constant) and filter_node.value is None):
         # torchao without a filter converts every nn.Linear, whatever its shape.
@@ -106,7 +109,7 @@ def _read_torchao_linear(path: Path, tree: ast.Module, *, trust_config: bool) ->
             ("no module_filter_fn: torchao converts every nn.Linear, lm_head included",),
             lambda model: lambda module, fqn: True,
         )
-    predicate, rule, entries = read_filter_function(filter_node, tree, path, trust_config=trust_config)
+    predicate, rule, entries = read_filter_function(filter_node, scope, trust_config=trust_config)
     return FrameworkConfig(
         ConfigFormat.TORCHAO, path, True, recipe, entries, rule, None, (), lambda model: predicate
     )
@@ -117,14 +120,18 @@ def read_accelerate(
 ) -> FrameworkConfig:
     """An accelerate training script: its `AORecipeKwargs` and what its `Accelerator(...)` says of FP8."""
     tree = parse_python(path, text)
+    scope = ModuleScope(tree, path)
     accelerators = calls_named(tree, "Accelerator")
-    precisions = [keyword_value(node, "mixed_precision") for node in accelerators]
+    precisions = [
+        resolve_name(keyword_value(node, "mixed_precision"), scope, "the mixed_precision")
+        for node in accelerators
+    ]
     literal_precisions = [p.value for p in precisions if isinstance(p, ast.Constant)]
     if not calls_named(tree, "AORecipeKwargs") and literal_precisions and "fp8" not in literal_precisions:
         off = fp8_off(ConfigFormat.ACCELERATE, path, Recipe.TENSORWISE, "AORecipeKwargs")
         return replace(off, notes=(f"FP8 is off: Accelerator(mixed_precision={literal_precisions[0]!r})",))
     call = single_call(tree, "AORecipeKwargs", path)
-    recipe = _recipe_from_python(keyword_value(call, "config"), tree, path)
+    recipe = _recipe_from_python(keyword_value(call, "config"), scope)
     notes: list[str] = []
     enabled = True
     if literal_precisions and "fp8" not in literal_precisions:
@@ -153,7 +160,7 @@ def read_accelerate(
             tuple(notes),
             accelerate_default_rule,
         )
-    predicate, rule, entries = read_filter_function(filter_node, tree, path, trust_config=trust_config)
+    predicate, rule, entries = read_filter_function(filter_node, scope, trust_config=trust_config)
     return FrameworkConfig(
         ConfigFormat.ACCELERATE,
         path,
@@ -167,9 +174,12 @@ def read_accelerate(
     )
 
 
-def _recipe_from_python(node: ast.expr | None, tree: ast.Module, path: Path) -> Recipe:
-    """The recipe of `Float8LinearConfig.from_recipe_name("...")`, `Float8LinearConfig(...)` or None."""
-    node = resolve_name(node, tree)
+def _recipe_from_python(node: ast.expr | None, scope: ModuleScope) -> Recipe:
+    """The recipe of `Float8LinearConfig.from_recipe_name("...")`, `Float8LinearConfig(...)` or None; a
+    name (`config=CONFIG`) is followed to its one assignment (`python_file.resolve_name`; torchao's config
+    is a frozen dataclass: nothing changes it in place)."""
+    path = scope.path
+    node = resolve_name(node, scope)
     if node is None or (isinstance(node, ast.Constant) and node.value is None):
         return Recipe.TENSORWISE  # torchao: config None means Float8LinearConfig(), tensorwise
     if isinstance(node, ast.Call):
@@ -179,14 +189,15 @@ def _recipe_from_python(node: ast.expr | None, tree: ast.Module, path: Path) -> 
             and node.args
             and {kw.arg for kw in node.keywords} <= _TENSORWISE_KEYWORDS - {"emulate"}
         ):  # dataclasses.replace(<config>, pad_inner_dim=True): padding, the same scaling
-            return _recipe_from_python(node.args[0], tree, path)
+            return _recipe_from_python(node.args[0], scope)
         if name == "from_recipe_name":
             argument = node.args[0] if node.args else keyword_value(node, "recipe_name")
             if argument is None:
                 raise ConfigError("from_recipe_name() without a recipe", location=f"{path}:{node.lineno}")
             if isinstance(argument, ast.Attribute):  # Float8LinearRecipeName.ROWWISE
                 return recipe_named(argument.attr.lower(), path, "Float8LinearRecipeName")
-            return recipe_named(required_literal(argument, path, "the recipe name"), path, "from_recipe_name")
+            name = required_literal(resolve_name(argument, scope, "the recipe name"), path, "the recipe name")
+            return recipe_named(name, path, "from_recipe_name")
         if name == "Float8LinearConfig":
             custom = sorted({kw.arg or "**" for kw in node.keywords} - _TENSORWISE_KEYWORDS)
             if node.args or custom:

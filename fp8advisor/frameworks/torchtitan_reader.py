@@ -4,7 +4,9 @@ recipe.
 - torchtitan-toml: torchtitan 0.2.x job config. `[model] converters` must hold "quantize.linear.float8";
   `[quantize.linear.float8]` recipe_name (absent = tensorwise), filter_fqns (substring), an
   "auto_filter_small_kn" entry switching to torchao's `_auto_filter_for_recipe`. Unknown keys, and recipe_name
-  together with enable_fsdp_float8_all_gather, are rejected as torchtitan rejects them. MoE experts convert
+  together with enable_fsdp_float8_all_gather, are rejected as torchtitan rejects them; a value of the
+  wrong type (`[compile] components = 5`) is a ConfigError naming its key. The TOML is parsed by
+  `fp8advisor.reading.parse_toml` (bounded in depth). MoE experts convert
   with the grouped-GEMM converter (`formats.TORCHTITAN_0_2_EXPERTS_CONVERTER`) and its
   `[quantize.grouped_mm.float8] fqns`.
 - torchtitan-py: torchtitan 0.3 recipe function; the keyword literals of `Float8LinearConverter.Config(...)`
@@ -23,6 +25,7 @@ from fp8advisor.frameworks.config_record import (
     FrameworkConfig,
     experts_only,
     fp8_off,
+    optional_bool,
     recipe_named,
     string_list,
 )
@@ -31,13 +34,8 @@ from fp8advisor.frameworks.formats import TORCHTITAN_0_2_EXPERTS_CONVERTER as TO
 from fp8advisor.frameworks.formats import ConfigFormat
 from fp8advisor.frameworks.module_rules import substring_or_auto
 from fp8advisor.frameworks.python_file import calls_named, parse_python, required_literal, single_call
+from fp8advisor.reading import parse_toml
 from fp8advisor.recipes import Recipe
-
-try:  # Python 3.11+
-    import tomllib
-except ModuleNotFoundError:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
-
 
 #: torchtitan 0.2.x: the converter name and the keys `[quantize.linear.float8]` accepts
 #: (torchtitan/config/job_config.py).
@@ -67,23 +65,25 @@ GROUPED_EXPERTS_CONVERTER = "Float8GroupedExpertsConverter.Config"
 def read_torchtitan_toml(path: Path, text: str, default_recipe: Recipe | None) -> FrameworkConfig:
     """A torchtitan 0.2.x job config: `[model] converters`, `[quantize.linear.float8]`, the experts' section
     and `[compile]`."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(
-            f"{path} is not valid TOML: {error}", hint="fix the syntax; tomllib must read it"
-        ) from None
-    converters = string_list(_toml_table(data, path, "model").get("converters"), path, "[model] converters")
-    section = _toml_table(data, path, "quantize", "linear", "float8")
-    unknown = sorted(set(section) - TORCHTITAN_FLOAT8_KEYS)
+    data = parse_toml(text, path, error=ConfigError)
+    converters = string_list(
+        _toml_table(data, path, "model").get("converters"),
+        path,
+        "[model] converters",
+        example='["quantize.linear.float8"]',
+    )
+    linear = _toml_table(data, path, "quantize", "linear", "float8")
+    unknown = sorted(set(linear) - TORCHTITAN_FLOAT8_KEYS)
     if unknown:
         raise ConfigError(
             f"[quantize.linear.float8] has keys torchtitan 0.2.x rejects: {', '.join(unknown)}",
             location=str(path),
             hint=f"the accepted keys are {', '.join(sorted(TORCHTITAN_FLOAT8_KEYS))}",
         )
-    recipe_name = section.get("recipe_name")
-    if recipe_name is not None and section.get("enable_fsdp_float8_all_gather"):
+    for key in ("enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp", "emulate"):
+        optional_bool(linear.get(key), path, f"[quantize.linear.float8] {key}")
+    recipe_name = linear.get("recipe_name")
+    if recipe_name is not None and linear.get("enable_fsdp_float8_all_gather"):
         raise ConfigError(
             "torchtitan rejects recipe_name together with enable_fsdp_float8_all_gather = true",
             location=str(path),
@@ -95,11 +95,8 @@ def read_torchtitan_toml(path: Path, text: str, default_recipe: Recipe | None) -
         if recipe_name is not None
         else Recipe.TENSORWISE
     )
-    entries = string_list(section.get("filter_fqns"), path, "[quantize.linear.float8] filter_fqns")
-    compile_section = _toml_table(data, path, "compile")
-    compile_enabled = bool(compile_section.get("enable", False)) and "model" in compile_section.get(
-        "components", ["model", "loss"]
-    )
+    entries = string_list(linear.get("filter_fqns"), path, "[quantize.linear.float8] filter_fqns")
+    compile_enabled = _torchtitan_toml_compile(data, path)
     notes: list[str] = []
     enabled = TORCHTITAN_CONVERTER in converters
     if not enabled:
@@ -135,6 +132,20 @@ def read_torchtitan_toml(path: Path, text: str, default_recipe: Recipe | None) -
         ),
         expert_filter=(lambda module, fqn: matches_filter(fqn, expert_entries)) if expert_entries else None,
     )
+
+
+def _torchtitan_toml_compile(data: dict, path: Path) -> bool:
+    """Whether `[compile]` compiles the model: `enable` and "model" in `components` (torchtitan's default
+    components: model and loss), each checked by type."""
+    table = _toml_table(data, path, "compile")
+    enable = optional_bool(table.get("enable"), path, "[compile] enable")
+    components = table.get("components")
+    components = (
+        ("model", "loss")
+        if components is None
+        else string_list(components, path, "[compile] components", example='["model", "loss"]')
+    )
+    return bool(enable) and "model" in components
 
 
 def _toml_table(data: dict, path: Path, *keys: str) -> dict:

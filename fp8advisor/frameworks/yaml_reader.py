@@ -1,15 +1,19 @@
 """The YAML formats read as their framework reads them: NeMo AutoModel's config and a bare filter list.
 
 - nemo-automodel: NeMo AutoModel YAML. `fp8.enabled` must be true; recipe_name (null = tensorwise);
-  filter_fqns (substring). Unknown keys are ignored, as NeMo ignores them (and named in `notes`).
+  filter_fqns (substring). Unknown keys (a YAML number or null too) are ignored, as NeMo ignores them (and
+  named in `notes`). Each field read is checked by type (`config_record`): a wrong one is a ConfigError
+  naming its key (NeMo tests `enabled` for truth: the string "false" would turn FP8 on there).
 - filter: a bare list of filter_fqns (YAML or JSON; a mapping with `filter_fqns` is accepted too), matched by
   substring with the divisibility rule, as torchtitan, NeMo and torchao's auto filter match it. It names no
   recipe: the caller completes it with `FrameworkConfig.with_recipe`.
+
+YAML and JSON are parsed by `fp8advisor.reading` (bounded: an alias bomb or a document nested thousands deep
+is one ConfigError).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,9 +21,17 @@ from typing import Any
 from torch import nn
 
 from fp8advisor.errors import ConfigError, quote
-from fp8advisor.frameworks.config_record import FrameworkConfig, recipe_named, string_list
+from fp8advisor.frameworks.config_record import (
+    FrameworkConfig,
+    key_names,
+    optional_bool,
+    recipe_named,
+    section,
+    string_list,
+)
 from fp8advisor.frameworks.formats import ConfigFormat
 from fp8advisor.frameworks.module_rules import Predicate, substring_rule
+from fp8advisor.reading import parse_json, parse_yaml
 from fp8advisor.recipes import Recipe
 
 #: NeMo AutoModel FP8Config fields (nemo_automodel/components/quantization/fp8.py) plus the `enabled` switch.
@@ -37,19 +49,14 @@ NEMO_FP8_KEYS = frozenset(
 
 
 def load_yaml(path: Path, text: str) -> Any:
-    """`yaml.safe_load`, with a ConfigError for a file it cannot read."""
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise ConfigError(
-            f"{path} is not valid YAML: {error}", hint="fix the syntax; yaml.safe_load must read it"
-        ) from None
+    """The YAML document in `text`, read by `reading.parse_yaml`: the safe loader's types, bounded in size
+    and depth as its aliases expand (a "billion laughs" file is refused at once); a ConfigError for a file it
+    cannot read."""
+    return parse_yaml(text, path, error=ConfigError)
 
 
 def read_nemo(path: Path, text: str, default_recipe: Recipe | None) -> FrameworkConfig:
-    """A NeMo AutoModel YAML config: its `fp8:` mapping and `compile.enabled`."""
+    """A NeMo AutoModel YAML config: its `fp8:` mapping and `compile.enabled`, each field checked by type."""
     data = load_yaml(path, text)
     if not isinstance(data, dict) or not isinstance(data.get("fp8"), dict):
         raise ConfigError(
@@ -57,21 +64,21 @@ def read_nemo(path: Path, text: str, default_recipe: Recipe | None) -> Framework
             location=str(path),
             hint="NeMo AutoModel reads float8 settings from a top-level fp8: mapping",
         )
-    section = data["fp8"]
+    fp8 = data["fp8"]
     notes: list[str] = []
-    ignored = sorted(set(section) - NEMO_FP8_KEYS)
+    ignored = key_names(set(fp8) - NEMO_FP8_KEYS)
     if ignored:
-        notes.append(f"NeMo AutoModel ignores unknown fp8 keys: {', '.join(map(str, ignored))}")
-    enabled = section.get("enabled") is True
+        notes.append(f"NeMo AutoModel ignores unknown fp8 keys: {', '.join(ignored)}")
+    enabled = optional_bool(fp8.get("enabled"), path, "fp8.enabled") is True
     if not enabled:
         notes.append("FP8 is off: fp8.enabled is not true (NeMo AutoModel's default is false)")
-    recipe_name = section.get("recipe_name")
+    recipe_name = fp8.get("recipe_name")
     recipe = (
         recipe_named(recipe_name, path, "fp8.recipe_name") if recipe_name is not None else Recipe.TENSORWISE
     )
     if recipe_name is None and enabled:
         notes.append("fp8.recipe_name is null: tensorwise, and NeMo skips the FSDP scale precompute")
-    raw_entries = section.get("filter_fqns")
+    raw_entries = fp8.get("filter_fqns")
     if isinstance(raw_entries, str):
         # NeMo AutoModel (0.7) loops `for fqn in filter_fqns`: over a string's characters, so every layer
         # whose name holds one of them stays bf16. Read it as NeMo does, and say so.
@@ -81,9 +88,13 @@ def read_nemo(path: Path, text: str, default_recipe: Recipe | None) -> Framework
             "its characters, keeping nearly every layer in bf16; write a YAML list"
         )
     else:
-        entries = string_list(raw_entries, path, "fp8.filter_fqns")
-    compile_section = data.get("compile")
-    compile_enabled = bool(compile_section.get("enabled")) if isinstance(compile_section, dict) else None
+        entries = string_list(raw_entries, path, "fp8.filter_fqns", example='["lm_head", "mlp.gate"]')
+    compile_section = section(data.get("compile"), path, "compile")
+    compile_enabled = (
+        bool(optional_bool(compile_section.get("enabled"), path, "compile.enabled"))
+        if compile_section is not None
+        else None
+    )
     if enabled and not compile_enabled:
         notes.append("compile.enabled is not true: float8 without torch.compile is slower than bf16")
     predicate = substring_rule(entries)
@@ -103,10 +114,7 @@ def read_nemo(path: Path, text: str, default_recipe: Recipe | None) -> Framework
 def read_filter_list(path: Path, text: str, default_recipe: Recipe | None) -> FrameworkConfig:
     """A bare filter_fqns list (YAML or JSON), completed with `default_recipe` when given."""
     if path.suffix.lower() == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ConfigError(f"not valid JSON: {error}", location=str(path)) from None
+        data = parse_json(text, path, error=ConfigError)
     else:
         data = load_yaml(path, text)
     recipe = default_recipe

@@ -93,9 +93,9 @@ def run_forward(
     """
     import torch
 
-    from fp8advisor.errors import CompatError
+    from fp8advisor.errors import CompatError, TargetError, describe_error
     from fp8advisor.inspect.census import CensusTracer
-    from fp8advisor.inspect.sandbox import describe_error, redirect_devices, running_user_code
+    from fp8advisor.inspect.sandbox import redirect_devices, running_user_code
 
     model = loaded.model
     watch = _LinearWatch(torch.Tensor)
@@ -121,8 +121,8 @@ def run_forward(
         what = _DATA_DEPENDENT_WORDS.get(error.op, f"data-dependent aten.{error.op}")
         stopped = (what, _stop_location(error, loaded.source_file))
         _print_if_debug(error, debug)
-    except CompatError:
-        raise  # a torch name of ours moved: not where the model stops
+    except (CompatError, TargetError):
+        raise  # a torch name of ours moved, or the model's code ended the process (named by the sandbox)
     except Exception as error:
         where = _stop_location(error, loaded.source_file)
         if not calls and not watch.calls:
@@ -141,8 +141,7 @@ def run_forward(
 def _forward_failed(error: Exception, loaded, inputs, where: str | None) -> Exception:
     """The error to raise when the forward failed before it ran anything: the model's code (`TargetError`)
     or the inputs the tool guessed for it (`ModelInputsError`), with a hint at what to write."""
-    from fp8advisor.errors import ModelInputsError, TargetError
-    from fp8advisor.inspect.sandbox import describe_error
+    from fp8advisor.errors import ModelInputsError, TargetError, describe_error
 
     error_class = TargetError if inputs.how.startswith("example_inputs") else ModelInputsError
     if error_class is TargetError:

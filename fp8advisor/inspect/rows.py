@@ -7,14 +7,19 @@ ran; not called; or not convertible, with the reason: a subclass that overrides 
 would drop it), one module under two names (torchao swaps it under the first only), or K, N or M not a
 multiple of 16 (torch._scaled_mm and float8's grad_weight GEMM). A bare parameter (3-D routed expert weights,
 a weight multiplied without its Linear) is never converted by Float8Linear conversion.
+
+`at_rows` moves a layer to other rows per call (the step model's break-even tries other token counts): a
+Linear kept out only because its M was not a multiple of 16 is judged again at the new M, and the reverse.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from fp8advisor.inspect.records import GemmLayer, LayerStatus
+from fp8advisor.recipes import dims_divisible_by_16
 
 if TYPE_CHECKING:
     from fp8advisor.inspect.forward import TracedForward
@@ -128,6 +133,27 @@ def _divisibility_reason(K: int, N: int, Ms) -> str | None:
     if bad:
         return f"M = {bad[0]} is not a multiple of 16 (grad_weight GEMM; pad_inner_dim=True pads it)"
     return None
+
+
+def at_rows(layer: GemmLayer, rows: Sequence[int]) -> GemmLayer:
+    """`layer` with `rows` rows per call, its M judged again (the module docstring): a Linear that float8
+    could swap but for its M becomes convertible where every new M is a multiple of 16, and a convertible
+    one becomes not convertible where one is not. Other layers keep their status."""
+    moved = replace(layer, M_per_call=tuple(rows))
+    if not layer.is_linear or not dims_divisible_by_16(layer.K, layer.N):
+        return moved
+    status, reason = layer.status, layer.reason
+    old = _divisibility_reason(layer.K, layer.N, layer.M_per_call)
+    if status is LayerStatus.NOT_CONVERTIBLE and old is not None and (reason or "").startswith(old):
+        # kept out by its M alone (a structural problem would be the reason instead): as it was before
+        rest = (reason or "")[len(old) :].removeprefix("; ")
+        status, reason = (LayerStatus.ASSUMED, rest) if rest else (LayerStatus.TRACED, None)
+    if status in (LayerStatus.TRACED, LayerStatus.ASSUMED):
+        problem = _divisibility_reason(layer.K, layer.N, moved.M_per_call)
+        if problem is not None:
+            reason = f"{problem}; {reason}" if status is LayerStatus.ASSUMED else problem
+            status = LayerStatus.NOT_CONVERTIBLE
+    return replace(moved, status=status, reason=reason)
 
 
 def stopped_before(trace: Trace) -> str:

@@ -3,9 +3,10 @@
 - `redirect_devices(device)`: every explicit device request of the code (`device="cuda"`, `.cuda()`,
   `.to("cuda")`, `torch.set_default_device`, ...) lands on `device` instead, so that a file written for a GPU
   builds on a laptop, on the meta device, in no memory.
-- `running_user_code(source, doing)`: its prints go to stderr, it sees `sys.argv` as its own file, and a
-  `sys.exit`, `os._exit` or other BaseException becomes one `TargetError` naming its line.
-- `describe_error`, `user_location`: how an error of the user's code is named in a message.
+- `running_user_code(source, doing)`: its prints go to stderr, it sees `sys.argv` as its own file, an
+  `os.chdir` it makes is undone when it returns, and a `sys.exit`, `os._exit` or other BaseException becomes
+  one `TargetError` naming its line.
+- `user_location`: where in the user's file an error happened (`fp8advisor.errors.describe_error` says what).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from fp8advisor import compat
-from fp8advisor.errors import TargetError, quote
+from fp8advisor.errors import TargetError, describe_error, quote
 
 if TYPE_CHECKING:
     from fp8advisor.inspect.spec import TargetSpec
@@ -230,6 +231,8 @@ def running_user_code(source: Path | None, doing: str) -> Iterator[None]:
     - Its prints go to stderr: stdout carries the JSON or the config this tool writes.
     - `sys.argv` is the file alone: the command line holds this tool's options, which a model that parses
       its own arguments would reject (argparse ends the process over them).
+    - The working directory is the user's again when it returns: a relative path on the command line (`-o
+      fp8.toml`, `--check`) names the file the user meant, not one beside a model that called `os.chdir`.
     - Every way the code can end the process short of a signal (`sys.exit`, `os._exit`, any BaseException
       but Ctrl-C) becomes one `TargetError`, so that an exit status of this tool always means the work ran.
 
@@ -237,6 +240,10 @@ def running_user_code(source: Path | None, doing: str) -> Iterator[None]:
     Ordinary exceptions pass through: the callers turn them into errors that say more.
     """
     saved_argv, saved_exit = sys.argv, os._exit
+    try:
+        saved_cwd: str | None = os.getcwd()
+    except OSError:  # the working directory was removed: nothing to return to
+        saved_cwd = None
     sys.argv = [str(source) if source is not None else "model"]
     os._exit = _raise_process_exit
     try:
@@ -253,13 +260,9 @@ def running_user_code(source: Path | None, doing: str) -> Iterator[None]:
         ) from None
     finally:
         sys.argv, os._exit = saved_argv, saved_exit
-
-
-def describe_error(error: BaseException) -> str:
-    """`TypeName: first line of the message` (just the type name when the message is empty)."""
-    text = str(error).strip().splitlines()
-    first = text[0] if text else ""
-    return f"{type(error).__name__}: {first}" if first else type(error).__name__
+        if saved_cwd is not None:
+            with contextlib.suppress(OSError):
+                os.chdir(saved_cwd)
 
 
 def object_location(obj: Any, spec: TargetSpec) -> str | None:

@@ -13,6 +13,11 @@ TARGET forms:
   org/name[@revision]       a Hugging Face Hub id: its config.json alone, through huggingface_hub's cache
                             (`fp8advisor.inspect.hub`); a local path of the same name wins
 
+A model file is read by `fp8advisor.reading` (a regular file: a pipe is refused, never waited on; UTF-8, a
+byte-order mark dropped; a NUL byte refused with its line) and compiled from that text; a Hugging Face config
+is read there too before transformers reads it (`hf.read_config_file`: never its repository's code, never a
+prompt).
+
 The model is built under `redirect_devices(device)`: every explicit device request (`device="cuda"`,
 `.cuda()`, `.to("cuda")`, `torch.set_default_device`, ...) lands on `device` instead, so a file written for a
 GPU builds on a laptop, on the meta device, in no memory.
@@ -46,6 +51,7 @@ from fp8advisor.inspect.sandbox import (
     user_location_or_file,
 )
 from fp8advisor.inspect.spec import LoadedModel, TargetSpec
+from fp8advisor.reading import read_text
 
 FACTORY_NAMES = ("build_model", "build", "get_model", "create_model")
 HF_CONFIG_NAME = "config.json"
@@ -102,7 +108,7 @@ def parse_target(text: str) -> TargetSpec:
         )
     if path.is_dir():
         config = path / HF_CONFIG_NAME
-        if not config.is_file():
+        if not _exists(config) or config.is_dir():  # a pipe named config.json is refused when it is read
             raise TargetError(
                 f"{raw_path} is a directory without a {HF_CONFIG_NAME}",
                 hint="give a model file (model.py) or a Hugging Face model directory holding config.json",
@@ -185,16 +191,20 @@ def load_model(
 
 def _import_file(spec: TargetSpec) -> ModuleType:
     path = spec.path.resolve()
-    try:
-        source = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise TargetError(f"cannot read {spec.path}: {error}") from None
+    # A regular file (a pipe is refused, not waited on), UTF-8 without its byte-order mark, no NUL byte.
+    source = read_text(spec.path, "model file", error=TargetError, hint="check the path of the model file")
     try:
         code = compile(source, str(path), "exec")
     except SyntaxError as error:
         raise TargetError(
             f"syntax error: {error.msg}",
-            location=f"{spec.path}:{error.lineno}",
+            location=f"{spec.path}:{error.lineno}" if error.lineno else str(spec.path),
+            hint="fix the model file so that `python -c 'import ...'` can read it",
+        ) from None
+    except (RecursionError, MemoryError, ValueError) as error:  # nested too deep for the compiler
+        raise TargetError(
+            f"Python cannot compile the model file: {describe_error(error)}",
+            location=str(spec.path),
             hint="fix the model file so that `python -c 'import ...'` can read it",
         ) from None
     module_name = f"_fp8advisor_target_{abs(hash(str(path)))}"
@@ -383,10 +393,12 @@ def _load_hf(spec: TargetSpec, device: torch.device, overrides: dict[str, Any]) 
     source = spec.hub_id or spec.path  # what the user named
     with hf.light_imports():  # the config's and the model's modules, without what building never uses
         transformers = hf.import_transformers()
+        data, has_bom = hf.read_config_file(spec.path, str(source), transformers)
         try:
-            config = transformers.AutoConfig.from_pretrained(
-                str(spec.path), local_files_only=True, **overrides
-            )
+            with hf.readable_copy(spec.path, data, has_bom) as readable:
+                config = transformers.AutoConfig.from_pretrained(
+                    str(readable), local_files_only=True, trust_remote_code=False, **overrides
+                )
         except Exception as error:
             raise TargetError(
                 f"transformers cannot read {source}: {describe_error(error)}",
@@ -400,7 +412,7 @@ def _load_hf(spec: TargetSpec, device: torch.device, overrides: dict[str, Any]) 
             try:
                 # Eager attention: the sdpa path asks data-dependent questions of the mask (`.all()`), which a
                 # meta tensor cannot answer; the Linear layers are the same either way.
-                model = auto.from_config(config, attn_implementation="eager")
+                model = auto.from_config(config, attn_implementation="eager", trust_remote_code=False)
                 built_by = f"{auto.__name__}.from_config({source})"
                 break
             except ValueError as error:  # this auto class does not know the config's model type

@@ -273,9 +273,12 @@ def base_recipe(name: RegistryName) -> str | None:
     if found is None or found.origin is None:
         return None
     path = Path(found.origin).parent / "models" / name.model / "config_registry.py"
+    from fp8advisor.errors import AdvisorError
+    from fp8advisor.reading import read_text
+
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError):
+        tree = ast.parse(read_text(path, "torchtitan recipe file"))
+    except (AdvisorError, SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     recipes = []  # (keyword arguments of its model_registry call, len(name), name)
     for function in tree.body:

@@ -13,7 +13,8 @@ measured point, written so that a kill loses at most the point in flight and a r
   choosing their float8 sets.
 - `schedule` (order, shards, time budget), `precompile` (compiling in worker processes), `timers` (the GPU and
   CPU timers and their honesty checks).
-- The store: `results` (the files' format, reading them back, resume), `run_writer` (writing them),
+- The store: `results` (the files' format, reading them back, resume), `result_records` (the checks of each
+  record read), `run_writer` (writing them),
   `speedups` (float8 over bf16, Linear or grouped), `heatmaps` (tables and PNG of a run).
 """
 

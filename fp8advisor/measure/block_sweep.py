@@ -16,8 +16,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fp8advisor import interrupts
 from fp8advisor.files import DirectoryLock, check_output_directory
 from fp8advisor.inspect.blocks import Discovery, Unit
+from fp8advisor.interrupts import interrupts_kept
 from fp8advisor.measure import results as results_store
 from fp8advisor.measure.block_bench import (
     BLOCK_EMULATED_METHOD,
@@ -187,7 +189,8 @@ def run_block_sweep(
             discovery, recipes, seeds, settings, header, summary, budget, earlier.continued, on_progress
         )
         try:
-            sweep.run(out_dir)
+            with interrupts_kept():  # a Ctrl-C swallowed by a __del__ still stops the sweep (interrupts)
+                sweep.run(out_dir)
         except KeyboardInterrupt:
             summary.interrupted = True
             raise BlockSweepInterrupted(summary) from None
@@ -238,6 +241,7 @@ class _BlockSweep:
                 torch.set_num_threads(threads)
 
     def _write(self, record: dict) -> None:
+        interrupts.check()  # a variant a Ctrl-C cut short is not saved
         if self.writer is None:  # the run file exists from its first record on: a run that measures nothing
             self.writer = RunWriter.create(self.out_dir, self.header)  # leaves no file
             self.summary.path, self.summary.run_id = self.writer.path, self.header["run_id"]

@@ -57,7 +57,7 @@ from fp8advisor.measure.protocol import (
 )
 from fp8advisor.measure.results import GROUPED_AXES, GROUPED_WORKLOAD
 from fp8advisor.measure.timers import Timer
-from fp8advisor.measure.workload import Point, ShapeGrid, Workload, check_sizes
+from fp8advisor.measure.workload import Point, ShapeGrid, Workload, check_point_count, check_sizes
 from fp8advisor.recipes import BASELINE, sqnr_db
 
 #: The float8 recipe of torchao's grouped GEMMs: rowwise scales, float8 weight gradient
@@ -254,13 +254,14 @@ def make_grouped_grid(
             )
     if all(values is None for values in given.values()):
         return base
-    grid = GroupedGrid.product(
-        f"{name}+custom",
+    axes = [
         E if E is not None else base.axis("E"),
         M_per_expert if M_per_expert is not None else base.axis("M_per_expert"),
         K if K is not None else base.axis("K"),
         N if N is not None else base.axis("N"),
-    )
+    ]
+    check_point_count(axes, base.recipes)
+    grid = GroupedGrid.product(f"{name}+custom", *axes)
     if not grid.shapes:
         raise AdvisorError(
             "every shape of this grid is too large for one GPU (a weight or activation over 2^32 elements)",

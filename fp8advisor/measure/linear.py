@@ -55,7 +55,7 @@ from fp8advisor.measure.protocol import (
 )
 from fp8advisor.measure.results import LINEAR_AXES
 from fp8advisor.measure.timers import Timer
-from fp8advisor.measure.workload import Point, ShapeGrid, Workload, check_sizes
+from fp8advisor.measure.workload import Point, ShapeGrid, Workload, check_point_count, check_sizes
 from fp8advisor.recipes import ALL_RECIPES, BASELINE, float8_config, parse_recipe, sqnr_db
 
 WORKLOAD = "LayerNorm(K, elementwise_affine=False) -> Linear(K, N, bias=False) -> Sigmoid, bf16, fwd+bwd"
@@ -188,13 +188,11 @@ def make_grid(
     chosen_recipes = _ordered_recipes(recipes) if recipes else base.recipes
     if M is None and K is None and N is None:
         return dataclasses.replace(base, recipes=chosen_recipes)
-    return Grid.cube(
-        f"{name}+custom",
-        M if M is not None else base.axis("M"),
-        K if K is not None else base.axis("K"),
-        N if N is not None else base.axis("N"),
-        chosen_recipes,
-    )
+    axes = [
+        values if values is not None else base.axis(axis) for axis, values in (("M", M), ("K", K), ("N", N))
+    ]
+    check_point_count(axes, chosen_recipes)
+    return Grid.cube(f"{name}+custom", *axes, chosen_recipes)
 
 
 # --- the module and its tensors -----------------------------------------------------------------------------

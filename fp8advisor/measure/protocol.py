@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fp8advisor import compat
+from fp8advisor.errors import describe_error
 from fp8advisor.measure.timers import CompileRecord, CpuTimer, CudaTimer, ProfileSummary, Timer
 
 
@@ -86,10 +87,7 @@ def measurement_fields(measurement: Measurement | None, failure: str | None) -> 
 
 def failure_reason(error: BaseException) -> str:
     """One line saying why a point failed: the exception type and the first line of its message."""
-    text = str(error).strip().splitlines()
-    first = text[0] if text else ""
-    reason = f"{type(error).__name__}: {first}" if first else type(error).__name__
-    return reason[:500]
+    return describe_error(error)
 
 
 def checked_sqnr(sqnr: dict[str, float]) -> dict[str, float]:

@@ -3,7 +3,9 @@
 Layout (schema `fp8advisor.results/1`, docs/formats.md): `<out>/run-<UTC timestamp>-<run id>.jsonl`.
 Line 1 is the run header (device, software, method, grid); every later line is one measured point. Files are
 written by `fp8advisor.measure.run_writer` so that a crash can at worst leave a torn last line, which
-`read_run` ignores; a line that cannot be used is left out and named (`Run.problems`).
+`read_run` ignores; a line that cannot be used is left out and named (`Run.problems`). A file is read through
+`fp8advisor.reading` (a regular file of bounded size) and each record is checked field by field before it is
+kept (`fp8advisor.measure.result_records`: sizes, times, names, the header's texts, a bounded grid).
 
 Resume: a sweep that finds earlier runs in its output directory measured with the same device name, software
 versions and grid points skips every (M, K, N, recipe) already recorded there, ok or failed, and writes the
@@ -20,32 +22,33 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fp8advisor.errors import ResultsError, quote
+from fp8advisor.errors import ResultsError
+from fp8advisor.measure.result_records import (
+    GROUPED_AXES,
+    GROUPED_WORKLOAD,
+    LINEAR_AXES,
+    SCHEMA,
+    block_problem,
+    choice_problem,
+    grid_problem,
+    header_problem,
+    is_grouped,
+    point_problem,
+)
+from fp8advisor.reading import read_bytes
 
-SCHEMA = "fp8advisor.results/1"
 RUN_FILE_GLOB = "run-*.jsonl"
 
 #: The identity of a point within a run: (M, K, N, recipe), or (E, M_per_expert, K, N, recipe) when grouped.
 PointKey = tuple
 
-#: The grid's `workload` of grouped expert GEMM runs (`bench --grouped`).
-GROUPED_WORKLOAD = "grouped_mm"
-#: The size fields of a Linear point, and of a grouped one, in key order.
-LINEAR_AXES = ("M", "K", "N")
-GROUPED_AXES = ("E", "M_per_expert", "K", "N")
-
 
 # --- point keys and setups ----------------------------------------------------------------------------------
-
-
-def is_grouped(point: dict) -> bool:
-    """Whether a point record is a grouped expert GEMM point (`"grouped": true`)."""
-    return point.get("grouped") is True
 
 
 def point_key(point: dict) -> PointKey:
@@ -61,7 +64,11 @@ def suspect_reason(point: dict) -> str | None:
 
 def grid_point_keys(grid: dict) -> frozenset[PointKey]:
     """Every point key a header's grid asks for: its `shapes` list, or the product of its axes (M, K, N; or
-    E, M_per_expert, K, N for a grouped grid), times its recipes."""
+    E, M_per_expert, K, N for a grouped grid), times its recipes. A grid that is not one, or asks for more
+    than `result_records.MAX_GRID_POINTS` points, is a ValueError (`grid_problem`)."""
+    problem = grid_problem(grid)
+    if problem is not None:
+        raise ValueError(problem)
     axes = GROUPED_AXES if grid.get("workload") == GROUPED_WORKLOAD else LINEAR_AXES
     if grid.get("shapes") is not None:
         shapes = [tuple(shape) for shape in grid["shapes"]]
@@ -117,6 +124,14 @@ class Run:
     #: each block's chosen float8 set per recipe (`fp8advisor.measure.block_bench`). Empty in a grid run.
     blocks: tuple[dict, ...] = ()
     choices: tuple[dict, ...] = ()
+    #: The problem of an unterminated last line (a kill while it was written: harmless, a resume measures
+    #: its point again), None when the file ends whole. It is one of `problems` too.
+    torn: str | None = None
+
+    @property
+    def damaged(self) -> tuple[str, ...]:
+        """The lines that could not be used other than a torn last line: edits or corruption."""
+        return tuple(problem for problem in self.problems if problem != self.torn)
 
     @property
     def in_context(self) -> bool:
@@ -143,95 +158,6 @@ class Run:
         return {point_key(point) for point in self.points}
 
 
-def _is_size(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def _is_time(value) -> bool:
-    """A usable time in seconds: a finite, positive number (JSON's NaN and Infinity parse, but are not)."""
-    return (
-        isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
-    )
-
-
-def point_problem(record: dict) -> str | None:
-    """Why a point record cannot be used (a missing or wrong key, a time that is NaN, infinite, negative or
-    not a number), or None when it can. Failed points need only their identity and a status."""
-    for key in GROUPED_AXES if is_grouped(record) else LINEAR_AXES:
-        if not _is_size(record.get(key)):
-            return f"{key} is {quote(record.get(key))}, not a positive integer"
-    if not isinstance(record.get("recipe"), str):
-        return f"recipe is {quote(record.get('recipe'))}, not a name"
-    status = record.get("status")
-    if status not in ("ok", "failed"):
-        return f"status is {quote(status)}, not 'ok' or 'failed'"
-    if status == "failed":
-        return None
-    kernel = record.get("kernel_time_s")
-    if kernel is not None and not _is_time(kernel):
-        return f"kernel_time_s is {quote(kernel)}, not a positive number of seconds"
-    wall = record.get("wall_time_s")
-    if wall is not None and not isinstance(wall, dict):
-        return f"wall_time_s is {quote(wall)}, not an object"
-    median = (wall or {}).get("median")
-    if median is not None and not _is_time(median):
-        return f"wall_time_s.median is {quote(median)}, not a positive number of seconds"
-    if kernel is None and median is None:
-        return "an ok point with neither kernel_time_s nor wall_time_s.median"
-    return None
-
-
-def _wall_problem(record: dict, key: str = "wall_time_s") -> str | None:
-    wall = record.get(key)
-    if not isinstance(wall, dict) or not all(_is_time(wall.get(q)) for q in ("median", "p20", "p80")):
-        return f"{key} is {quote(wall)}, not an object with positive median, p20 and p80"
-    return None
-
-
-def block_problem(record: dict) -> str | None:
-    """Why an in-context variant record (`"kind": "block"`) cannot be used, or None when it can."""
-    if not isinstance(record.get("block"), str) or not isinstance(record.get("recipe"), str):
-        return "a block record without a block pattern or recipe"
-    if not isinstance(record.get("float8"), list) or not all(isinstance(n, str) for n in record["float8"]):
-        return f"float8 is {quote(record.get('float8'))}, not a list of layer names"
-    status = record.get("status")
-    if status not in ("ok", "failed"):
-        return f"status is {quote(status)}, not 'ok' or 'failed'"
-    return None if status == "failed" else _wall_problem(record)
-
-
-def choice_problem(record: dict) -> str | None:
-    """Why a block's chosen-set record (`"kind": "block_choice"`) cannot be used, or None when it can."""
-    if not isinstance(record.get("block"), str) or not isinstance(record.get("recipe"), str):
-        return "a block choice without a block pattern or recipe"
-    for key in ("float8", "instances"):
-        if not isinstance(record.get(key), list) or not all(isinstance(n, str) for n in record[key]):
-            return f"{key} is {quote(record.get(key))}, not a list of names"
-    return _wall_problem(record) or _wall_problem(record, "bf16_wall_time_s")
-
-
-def _header_problem(header) -> str | None:
-    if not isinstance(header, dict) or header.get("kind") != "run" or header.get("schema") != SCHEMA:
-        return f"line 1 is not a run header with schema {SCHEMA}"
-    if not isinstance(header.get("run_id"), str):
-        return "the header has no run_id"
-    device = header.get("device")
-    if not isinstance(device, dict) or not isinstance(device.get("name"), str):
-        return "the header has no device name"
-    for key in ("software", "method"):
-        if header.get(key) is not None and not isinstance(header.get(key), dict):
-            return f"the header's {key} is not an object"
-    software = header.get("software") or {}
-    if not all(isinstance(value, str | int | float | type(None)) for value in software.values()):
-        return "the header's software versions are not plain values"
-    grid = header.get("grid")
-    try:
-        grid_point_keys(grid)
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return "the header's grid is not a grid (M, K, N or E, M_per_expert, K, N, or shapes; and recipes)"
-    return None
-
-
 def read_run(path: Path) -> Run:
     """Read one results file.
 
@@ -239,15 +165,13 @@ def read_run(path: Path) -> Run:
     later line that is not JSON, not an object or not a usable point is left out and named in
     `Run.problems`, so that the file's other points still count; a torn last line (a kill mid-write) too."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise ResultsError(f"cannot read {path}: {error.strerror}") from None
     hint = "the file was edited or corrupted; bench writes these files, fit and resume read them"
+    data = read_bytes(path, "results file", error=ResultsError, hint=hint).removeprefix(b"\xef\xbb\xbf")
     lines = data.split(b"\n")
     # The last element is b"" when the file ends with a newline; otherwise it is an unterminated, torn line.
     records: list[tuple[int, object]] = []
     problems: list[str] = []
+    torn_line = None
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -259,15 +183,16 @@ def read_run(path: Path) -> Run:
                 break  # reported below: no header
             why = "torn by a kill while it was written" if torn else _json_reason(error)
             problems.append(f"{path}:{number}: {why}")
+            torn_line = problems[-1] if torn else None
     if not records or records[0][0] != 1:
         raise ResultsError(
             f"{path} is not an fp8advisor results file (line 1 must be a run header with schema {SCHEMA})",
             hint=hint,
         )
     header = records[0][1]
-    problem = _header_problem(header)
+    problem = header_problem(header)
     if problem is not None:
-        raise ResultsError(f"{path} is not a usable results file: {problem}", location=f"{path}:1", hint=hint)
+        raise ResultsError(f"not a usable results file: {problem}", location=f"{path}:1", hint=hint)
     kept: dict[str, list[dict]] = {"point": [], "block": [], "block_choice": []}
     checks = {"point": point_problem, "block": block_problem, "block_choice": choice_problem}
     for number, record in records[1:]:
@@ -289,6 +214,7 @@ def read_run(path: Path) -> Run:
         problems=tuple(problems),
         blocks=tuple(kept["block"]),
         choices=tuple(kept["block_choice"]),
+        torn=torn_line,
     )
 
 
@@ -330,8 +256,8 @@ def load_results(paths: Sequence[Path | str]) -> list[Run]:
                     hint="run `fp8advisor bench --out DIR` first, or pass the .jsonl files themselves",
                 )
             runs.extend(found)
-        elif path.is_file():
-            runs.append(read_run(path))
+        elif os.path.lexists(path):
+            runs.append(read_run(path))  # not a regular file: `fp8advisor.reading` says what it is
         else:
             raise ResultsError(f"{path} does not exist", hint="pass a results directory or run-*.jsonl file")
     return runs

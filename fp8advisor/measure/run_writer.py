@@ -4,14 +4,13 @@ appends that a kill cannot tear.
 The file appears whole or not at all: it is created with its header through a temporary file renamed into
 place. Each later line (one measured point) is written with a single `write` of the whole line, then flushed
 and fsync'ed, so a crash can at worst leave a torn last line, which `fp8advisor.measure.results.read_run`
-ignores. JSON has no NaN or Infinity: non-finite floats are written as null.
+ignores. JSON has no NaN or Infinity: non-finite floats are written as null (`fp8advisor.json_output`).
+What is written reads back: a header `results.read_run` would refuse is refused before the file is created.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 import os
 import secrets
 from collections.abc import Iterable
@@ -20,7 +19,8 @@ from pathlib import Path
 
 from fp8advisor.errors import ResultsError
 from fp8advisor.files import write_atomic
-from fp8advisor.measure.results import SCHEMA
+from fp8advisor.json_output import dumps
+from fp8advisor.measure.result_records import SCHEMA, header_problem
 
 
 def utc_now() -> str:
@@ -39,20 +39,10 @@ def run_file_name(started: str, run_id: str) -> str:
     return f"run-{stamp}-{run_id}.jsonl"
 
 
-def _json_safe(value):
-    """Non-finite floats become null: JSON has no NaN or Infinity and other tools reject them."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _json_safe(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(item) for item in value]
-    return value
-
-
 def encode_line(record: dict) -> bytes:
-    """One record as one line of JSON (UTF-8, newline-terminated)."""
-    return (json.dumps(_json_safe(record), allow_nan=False) + "\n").encode("utf-8")
+    """One record as one line of JSON (UTF-8, newline-terminated; `fp8advisor.json_output.dumps`: non-finite
+    floats as null)."""
+    return (dumps(record) + "\n").encode("utf-8")
 
 
 class RunWriter:
@@ -73,6 +63,13 @@ class RunWriter:
     @classmethod
     def create(cls, out_dir: Path, header: dict) -> RunWriter:
         """A new run file in `out_dir` named after the header's start time and run id, header written."""
+        problem = header_problem(header)
+        if problem is not None:  # what is written must read back (`results.read_run`)
+            raise ResultsError(
+                f"cannot start a results file: {problem}",
+                hint="every text of a run header (the model's path, the device, the versions) must be one "
+                "line of printable characters",
+            )
         out_dir = Path(out_dir)
         path = out_dir / run_file_name(header["started"], header["run_id"])
         if path.exists():

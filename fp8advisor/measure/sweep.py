@@ -25,7 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fp8advisor import interrupts
 from fp8advisor.files import DirectoryLock, check_output_directory
+from fp8advisor.interrupts import interrupts_kept
 from fp8advisor.measure import results as results_store
 from fp8advisor.measure.protocol import BenchSettings, Measurement, failure_reason, measurement_fields
 from fp8advisor.measure.run_writer import RunWriter, make_header, new_run_id, utc_now
@@ -186,12 +188,15 @@ def run_sweep(
     stop before a point that would not finish inside the budget, counted from `started` (a `clock` reading;
     default: now).
 
-    Raises `DeviceError` without an FP8-capable GPU (unless emulating), `AdvisorError` when `out_dir` cannot
+    Raises `DeviceError` without an FP8-capable GPU (unless emulating), `AdvisorError` when `shard` counts
+    more shards than the grid has shapes (`Shard.check`, before anything is written), when `out_dir` cannot
     be written or another sweep is writing to it (`DirectoryLock`), and `SweepInterrupted` on Ctrl-C.
     """
     from fp8advisor.device import require_fp8_gpu
 
     budget = TimeBudget(time_budget_s, clock() if started is None else started, clock)
+    if shard is not None:
+        shard.check(len(set(grid.shapes)))  # more shards than shapes: refused before anything is written
     if not settings.emulate:
         require_fp8_gpu()
     out_dir = Path(out_dir)
@@ -267,7 +272,8 @@ def _run_locked(
         # specialise on the thread count, so it must not change between compiling and timing.)
         _torch().set_num_threads(1)
     try:
-        sweep.run(pending)
+        with interrupts_kept():  # a Ctrl-C swallowed by a __del__ still stops the sweep at the next point
+            sweep.run(pending)
     except KeyboardInterrupt:
         summary.interrupted = True
         raise SweepInterrupted(summary) from None
@@ -338,6 +344,7 @@ class _Sweep:
             bench = None
             try:
                 for point in shape_points:
+                    interrupts.check()
                     precompiled = self.precompiled.get(point.key)
                     estimate = self.estimator.estimate(point.recipe, precompiled=precompiled == "ok")
                     if not self.budget.allows(estimate):
@@ -352,6 +359,7 @@ class _Sweep:
                     except Exception as error:  # noqa: BLE001 - OOM, compile errors...: record it and go on
                         failure = failure_reason(error)
                     duration = self.budget.clock() - started
+                    interrupts.check()  # before the record: a point a Ctrl-C cut short is not saved
                     if failure is not None:  # outside the except block, whose traceback held the tensors
                         gc.collect()
                     self._record(point, measurement, failure, duration, precompiled)

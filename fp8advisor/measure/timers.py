@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fp8advisor import compat
+from fp8advisor import compat, interrupts
 
 #: Keys of profiler rows that are not the module's work, as torchao 0.18's benchmarks/float8/utils.py drops
 #: them: the benchmark's own `sum` and gradient accumulation (`add_`), device syncs, the profiler's own rows.
@@ -302,6 +302,7 @@ class Timer:
         start = time.perf_counter()
         result = call()
         self.synchronize()
+        interrupts.check()
         seconds = time.perf_counter() - start
         after = compat.compile_cache_counters()
         return result, CompileRecord(seconds=seconds, cache={k: after[k] - before[k] for k in after})
@@ -311,6 +312,7 @@ class Timer:
         start = time.perf_counter()
         call()
         self.synchronize()
+        interrupts.check()
         return time.perf_counter() - start
 
     # Memory: None where the device does not report it.
@@ -345,6 +347,7 @@ class CpuTimer(Timer):
             start = time.perf_counter()
             step()
             times.append(time.perf_counter() - start)
+            interrupts.check()
         return {**quantiles_s(times), "iterations": len(times)}
 
 

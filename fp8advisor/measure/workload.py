@@ -11,12 +11,15 @@ caches, and the grids worth measuring.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fp8advisor.errors import AdvisorError
+from fp8advisor.errors import AdvisorError, quote
+from fp8advisor.fields import MAX_SIZE
 from fp8advisor.measure.protocol import BenchSettings
+from fp8advisor.measure.result_records import MAX_GRID_POINTS
 from fp8advisor.measure.results import PointKey
 
 
@@ -81,9 +84,27 @@ class ShapeGrid:
 
 
 def check_sizes(option: str, values: Sequence[int]) -> None:
-    """Raise `AdvisorError` (exit 2) unless `values`, given for a grid axis option, are positive integers."""
+    """Raise `AdvisorError` (exit 2) unless `values`, given for a grid axis option, are positive integers of
+    at most `fields.MAX_SIZE`."""
     if not values or any(int(value) <= 0 for value in values):
-        raise AdvisorError(f"{option} needs positive integers, got {list(values)}")
+        raise AdvisorError(f"{option} needs positive integers, got {quote(list(values))}")
+    too_large = [value for value in values if int(value) > MAX_SIZE]
+    if too_large:
+        raise AdvisorError(
+            f"{option} {too_large[0]} is larger than any GEMM dimension ({MAX_SIZE:,} at most)",
+            hint="give sizes a GPU can hold",
+        )
+
+
+def check_point_count(axes: Sequence[Sequence[int]], recipes: Sequence[str]) -> None:
+    """Raise `AdvisorError` (exit 2) when the grid of `axes` x `recipes` holds more points than a results file
+    may (`result_records.MAX_GRID_POINTS`): checked before any point is built."""
+    count = math.prod(len(set(axis)) for axis in axes) * max(len(recipes), 1)
+    if count > MAX_GRID_POINTS:
+        raise AdvisorError(
+            f"the grid holds {count:,} points: more than the {MAX_GRID_POINTS:,} one sweep may measure",
+            hint="give fewer sizes per axis, or split the grid over several --out directories",
+        )
 
 
 @dataclass(frozen=True)
@@ -107,4 +128,4 @@ class Workload:
         return dict(self.emulated_method if emulate else self.gpu_method)
 
 
-__all__ = ["Point", "ShapeGrid", "Workload", "check_sizes"]
+__all__ = ["Point", "ShapeGrid", "Workload", "check_point_count", "check_sizes"]

@@ -7,8 +7,9 @@ extrapolated).
 
 - `roofline`: torchao's roofline model of a float8 Linear (the GPU catalogue it needs is `fp8advisor.gpus`).
 - `figures`: points, provenance and fit error, the figures a profile holds; `profile`: the profile document
-  and its JSON; `grouped_profile`: its grouped expert GEMM section; `profile_files`: the shipped and user
-  profiles on disk; `selection`: which one a GPU gets (`select_profile`).
+  and its JSON, `profile_schema` the rules of its every field; `grouped_profile`: its grouped expert GEMM
+  section; `profile_files`: the shipped and user profiles on disk; `selection`: which one a GPU gets
+  (`select_profile`).
 - `measurements`: bench results and speedup tables read for fitting; `fit`: results -> profile
   (`fit_profile`), with its leave-one-out error (`fit_error`) and break-even thresholds (`thresholds`).
 - `interpolation`: interpolation in log space over measured grids (Linear and grouped); `speedup`: the

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fp8advisor.errors import quote
+from fp8advisor.fields import MAX_SIZE
 
 #: Where a figure comes from. `emulated` profiles (fitted from `bench --emulate`) exist for tests and are
 #: never selected automatically.
@@ -39,8 +40,8 @@ def stable_float(value: float, digits: int = 6) -> float:
     return float(f"{value:.{digits}g}")
 
 
-#: The largest GEMM dimension a profile may hold (far beyond any layer).
-_MAX_SIZE = 2**40
+#: The largest GEMM dimension a profile may hold (far beyond any layer): the one bound of `fp8advisor.fields`.
+_MAX_SIZE = MAX_SIZE
 
 
 def gemm_size(value: Any) -> int:

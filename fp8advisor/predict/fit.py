@@ -11,6 +11,11 @@ Grouped expert GEMM results (`bench --grouped`) fit the profile's `grouped` sect
 speedups over (E, M_per_expert, K, N), predicted by `fp8advisor.predict.interpolation`, with the same
 leave-one-out error (`grouped_leave_one_out`). Linear and grouped results of one GPU may be fitted together
 into one profile.
+
+What `fit` writes, `suggest` can read: the measurements are checked as they are read (a results line with a
+size or time out of range is left out and named in the notes, a bad table row is an error naming its line),
+pairs whose speedup no profile can hold are left out with a note, and the fitted profile is read back with
+the profile reader before it is returned (`fit_profile`).
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from fp8advisor.errors import ResultsError
+from fp8advisor.errors import ProfileError, ResultsError
+from fp8advisor.fields import name_problem
 from fp8advisor.gpus import FAMILY_COMPUTE_CAPABILITY, GPU_SPECS, GpuSpecs, get_specs, gpu_family
 from fp8advisor.predict.figures import FitError, SpeedupPoint
 from fp8advisor.predict.fit_error import PointT, grouped_leave_one_out, leave_one_out, roofline_error
@@ -34,7 +40,7 @@ from fp8advisor.predict.grouped_profile import (
 )
 from fp8advisor.predict.interpolation import grouped_model
 from fp8advisor.predict.measurements import Measurements, load_measurements
-from fp8advisor.predict.profile import DeviceInfo, Profile, RecipeProfile
+from fp8advisor.predict.profile import DeviceInfo, Profile, RecipeProfile, dumps_profile
 from fp8advisor.predict.speedup import INTERPOLATION_MODEL
 from fp8advisor.predict.thresholds import MThreshold, threshold_table
 from fp8advisor.recipes import Recipe
@@ -169,7 +175,14 @@ def fit_profile(
     what they were measured on. Results of different GPUs or software versions are refused unless `force`;
     emulated results unless `allow_emulated` (which yields provenance "emulated", never selected
     automatically).
+
+    `name` must be a plain name (`fields.name_problem`: it names the file `fit` writes, which must stay in
+    the profile directory). The profile returned is one `Profile.from_json` reads back (`_readable`): a
+    field it would refuse (a control character in --source, a --created that makes the name a path) is a
+    `ProfileError` here, before anything is written.
     """
+    if name is not None and name_problem(name, "--name") is not None:
+        raise ProfileError(name_problem(name, "--name"), hint=_NAME_HINT)
     measurements = _compatible_measurements(paths, force=force, allow_emulated=allow_emulated)
     results = [m for m in measurements if m.kind == "results"]
     device = _measured_device(results, device_name, force=force)
@@ -214,12 +227,29 @@ def fit_profile(
         grouped=grouped,
     )
     return FitReport(
-        profile=profile,
+        profile=_readable(profile),
         thresholds=thresholds,
         sources=tuple(m.source for m in measurements),
         notes=tuple(notes),
         roofline_errors=roofline_errors,
     )
+
+
+_NAME_HINT = "name a profile with letters, digits and . _ + - (e.g. --name h100-mine-2026-01)"
+
+
+def _readable(profile: Profile) -> Profile:
+    """`profile` when its JSON reads back (`dumps_profile` reads what it writes); else a ProfileError that
+    names the field and the option that set it."""
+    try:
+        dumps_profile(profile)
+    except ProfileError as error:
+        raise ProfileError(
+            f"the fitted profile could not be read back: {error.message}",
+            hint=f"{_NAME_HINT}; --device, --source, --method, --software and --created are one line of "
+            "text each (no control characters)",
+        ) from None
+    return profile
 
 
 def _compatible_measurements(

@@ -3,20 +3,17 @@
 Measured by `bench --grouped` over (E, M_per_expert, K, N), fitted by `fp8advisor fit` into a profile's
 `grouped` section (schema `fp8advisor.profile/1`, optional: profiles without one read and write as before),
 and predicted by `fp8advisor.predict.interpolation.GroupedModel` (`GROUPED_INTERPOLATION_MODEL` says its
-rule).
+rule). Its fields are checked on reading with the rest of the profile (`fp8advisor.predict.profile_schema`).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fp8advisor.predict.figures import (
-    PROVENANCES,
     FitError,
-    absent_or_positive,
     gemm_size,
     stable_float,
     times_from,
@@ -114,33 +111,6 @@ class GroupedProfile:
             error=FitError.from_json(data["error"]) if data.get("error") else None,
             model=dict(data.get("model") or GROUPED_INTERPOLATION_MODEL),
         )
-
-
-def grouped_problem(grouped: GroupedProfile) -> str | None:
-    """The first thing wrong with a profile's grouped section, said as "grouped: WHAT"; None when sound."""
-    if grouped.provenance not in PROVENANCES:
-        return f"grouped: unknown provenance {grouped.provenance!r}"
-    if not grouped.points:
-        return "grouped: no measured points"
-    if len({point.shape for point in grouped.points}) != len(grouped.points):
-        return "grouped: a shape appears twice among its points"
-    for point in grouped.points:
-        if not (point.speedup > 0 and math.isfinite(point.speedup)):
-            return f"grouped: point {point.shape}: speedup = {point.speedup}"
-        for label, value in (("bf16_time_s", point.bf16_time_s), ("float8_time_s", point.float8_time_s)):
-            if not absent_or_positive(value):
-                return f"grouped: point {point.shape}: {label} = {value}"
-    error = grouped.error
-    if error is not None and not (
-        math.isfinite(error.median_relative_error)
-        and error.median_relative_error >= 0
-        and math.isfinite(error.worst_relative_error)
-        and error.worst_relative_error >= 0
-        and 0 <= error.sign_accuracy <= 1
-        and error.n >= 0
-    ):
-        return f"grouped: error {error.to_json()}"
-    return None
 
 
 __all__ = [

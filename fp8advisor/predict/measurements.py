@@ -8,16 +8,20 @@ paired by `fp8advisor.measure.speedups`; `predict.fit` merges the sources of one
 from __future__ import annotations
 
 import csv
+import io
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fp8advisor.errors import ResultsError
+from fp8advisor.errors import ResultsError, quote
+from fp8advisor.fields import number_problem, size_problem
 from fp8advisor.measure.results import load_results, point_key, setup_key, suspect_reason, unreadable_lines
 from fp8advisor.measure.speedups import pair_with_baseline
 from fp8advisor.predict.figures import SpeedupPoint
 from fp8advisor.predict.grouped_profile import GroupedSpeedupPoint
+from fp8advisor.predict.profile_schema import MAX_SPEEDUP, MIN_SPEEDUP
+from fp8advisor.reading import read_text
 from fp8advisor.recipes import Recipe
 
 #: The header of a speedup table.
@@ -41,38 +45,33 @@ class Measurements:
 
 
 def read_speedup_table(path: str | Path) -> Measurements:
-    """A CSV table with columns recipe,M,K,N,speedup (as the transcribed published torchao table)."""
+    """A CSV table with columns recipe,M,K,N,speedup (as the transcribed published torchao table).
+
+    Read by `fp8advisor.reading` (a regular file; UTF-8, the byte-order mark Excel writes dropped; a binary
+    file is refused), every row checked: five fields, a recipe name, M, K and N positive integers up to
+    `fields.MAX_SIZE`, a speedup within the range a profile holds (`profile_schema.MIN_SPEEDUP` to
+    `MAX_SPEEDUP`). The first bad row is a ResultsError naming its line."""
     path = Path(path)
+    text = read_text(path, "CSV speedup table", error=ResultsError)
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    rows: dict[str, list[SpeedupPoint]] = defaultdict(list)
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            missing = [c for c in TABLE_COLUMNS if c not in (reader.fieldnames or ())]
-            if missing:
-                raise ResultsError(
-                    f"CSV table lacks column(s) {', '.join(missing)}",
-                    hint=f"a speedup table has the header {','.join(TABLE_COLUMNS)}",
-                    location=str(path),
-                )
-            rows: dict[str, list[SpeedupPoint]] = defaultdict(list)
-            for line_number, row in enumerate(reader, start=2):
-                try:
-                    recipe = Recipe(row["recipe"].strip())
-                    point = SpeedupPoint(int(row["M"]), int(row["K"]), int(row["N"]), float(row["speedup"]))
-                except (ValueError, AttributeError) as error:
-                    raise ResultsError(
-                        f"bad row ({error})",
-                        hint="recipe: a torchao recipe name; M, K, N: integers; speedup: a number",
-                        location=f"{path}:{line_number}",
-                    ) from None
-                if min(point.shape) <= 0 or not point.speedup > 0:
-                    raise ResultsError(
-                        "sizes and speedup must be positive",
-                        hint="fix the row",
-                        location=f"{path}:{line_number}",
-                    )
-                rows[recipe.value].append(point)
-    except OSError as error:
-        raise ResultsError(f"cannot read {path}: {error.strerror}", hint="check the path") from None
+        missing = [c for c in TABLE_COLUMNS if c not in (reader.fieldnames or ())]
+        if missing:
+            raise ResultsError(
+                f"CSV table lacks column(s) {', '.join(missing)}",
+                hint=f"a speedup table has the header {','.join(TABLE_COLUMNS)}",
+                location=str(path),
+            )
+        for row in reader:
+            recipe, point = _table_row(row, f"{path}:{reader.line_num}", len(reader.fieldnames or ()))
+            rows[recipe.value].append(point)
+    except csv.Error as error:
+        raise ResultsError(
+            f"not a readable CSV table: {error}",
+            hint=f"a speedup table has the header {','.join(TABLE_COLUMNS)}, then one row per shape",
+            location=f"{path}:{reader.reader.line_num}",  # DictReader's own count lags behind on an error
+        ) from None
     if not rows:
         raise ResultsError("the table has no rows", hint="add measured rows", location=str(path))
     return Measurements(
@@ -85,6 +84,46 @@ def read_speedup_table(path: str | Path) -> Measurements:
         method="",
         speedups={recipe: tuple(points) for recipe, points in rows.items()},
     )
+
+
+_ROW_HINT = (
+    f"a row is {','.join(TABLE_COLUMNS)}: a torchao recipe name, three positive integers and a speedup "
+    "(float8 over bf16, e.g. 1.25)"
+)
+
+
+def _table_row(row: dict, location: str, columns: int) -> tuple[Recipe, SpeedupPoint]:
+    """One row of a speedup table, checked field by field (`read_speedup_table`)."""
+    extra = row.get(None)  # csv.DictReader puts the fields beyond the header there
+    if extra is not None or any(value is None for value in row.values()):
+        count = columns + len(extra or ()) - sum(value is None for value in row.values())
+        raise ResultsError(
+            f"bad row: {count} fields, the header has {columns}", hint=_ROW_HINT, location=location
+        )
+    try:
+        recipe = Recipe(row["recipe"].strip())
+    except ValueError:
+        raise ResultsError(
+            f"bad row: unknown recipe {quote(row['recipe'])}", hint=_ROW_HINT, location=location
+        ) from None
+    sizes = []
+    for name in ("M", "K", "N"):
+        try:
+            size = int(row[name])
+        except ValueError:
+            size = row[name]
+        problem = size_problem(size, name)
+        if problem is not None:
+            raise ResultsError(f"bad row: {problem}", hint=_ROW_HINT, location=location)
+        sizes.append(size)
+    try:
+        speedup = float(row["speedup"])
+    except ValueError:
+        speedup = row["speedup"]
+    problem = number_problem(speedup, "speedup", MIN_SPEEDUP, MAX_SPEEDUP)
+    if problem is not None:
+        raise ResultsError(f"bad row: {problem}", hint=_ROW_HINT, location=location)
+    return recipe, SpeedupPoint(*sizes, speedup)
 
 
 def _method_text(method: object) -> str:
@@ -112,8 +151,8 @@ def _setup_measurements(group: Sequence) -> Measurements:
     """The speedups of the runs of one setup, with that setup's device, software and method."""
     header = group[-1].header
     device = header.get("device") or {}
-    speedups, grouped, bases = _paired_points(group)
-    notes = _left_out_notes(group)
+    speedups, grouped, bases, absurd = _paired_points(group)
+    notes = _left_out_notes(group) + absurd
     capability = device.get("compute_capability")
     method = _method_text(header.get("method"))
     if bases - {"kernel_time"}:
@@ -132,14 +171,35 @@ def _setup_measurements(group: Sequence) -> Measurements:
     )
 
 
+def _absurd_pairs(pairs: Sequence) -> tuple[list, tuple[str, ...]]:
+    """The pairs whose speedup a profile can hold (`profile_schema.MIN_SPEEDUP` to `MAX_SPEEDUP`: each time
+    is in range, their ratio may not be), and a note naming those left out (none when none is)."""
+    kept, absurd = [], []
+    for pair in pairs:
+        problem = number_problem(pair.speedup, "speedup", MIN_SPEEDUP, MAX_SPEEDUP)
+        if problem is None:
+            kept.append(pair)
+        else:
+            shape = "x".join(map(str, pair.shape))
+            absurd.append(f"{shape} {pair.recipe} (run {pair.run_id}): {problem}")
+    if not absurd:
+        return kept, ()
+    first = f"; ... and {len(absurd) - 1} more" if len(absurd) > 1 else ""
+    note = f"{len(absurd)} point(s) left out, their times give no possible speedup: {absurd[0]}{first}"
+    return kept, (note,)
+
+
 def _paired_points(
     group: Sequence,
-) -> tuple[dict[str, list[SpeedupPoint]], list[GroupedSpeedupPoint], set[str]]:
+) -> tuple[dict[str, list[SpeedupPoint]], list[GroupedSpeedupPoint], set[str], tuple[str, ...]]:
     """Each float8 point of one setup's runs over its bf16 baseline: the Linear speedups per recipe, the
-    grouped speedups, and the times they divide ("kernel_time", or "wall_time_median" for emulated runs)."""
+    grouped speedups, the times they divide ("kernel_time", or "wall_time_median" for emulated runs), and a
+    note on the pairs left out for a speedup out of range (`_absurd_pairs`)."""
     speedups: dict[str, list[SpeedupPoint]] = defaultdict(list)
     bases = set()
-    for pair in pair_with_baseline(group):
+    linear, absurd_linear = _absurd_pairs(pair_with_baseline(group))
+    grouped_pairs, absurd_grouped = _absurd_pairs(pair_with_baseline(group, grouped=True))
+    for pair in linear:
         bases.add(pair.basis)
         speedups[str(Recipe(pair.recipe))].append(
             SpeedupPoint(
@@ -152,14 +212,14 @@ def _paired_points(
             )
         )
     grouped = []
-    for pair in pair_with_baseline(group, grouped=True):
+    for pair in grouped_pairs:
         bases.add(pair.basis)
         grouped.append(
             GroupedSpeedupPoint(
                 *pair.shape, pair.speedup, bf16_time_s=pair.bf16_time_s, float8_time_s=pair.float8_time_s
             )
         )
-    return speedups, grouped, bases
+    return speedups, grouped, bases, absurd_linear + absurd_grouped
 
 
 def _left_out_notes(group: Sequence) -> tuple[str, ...]:

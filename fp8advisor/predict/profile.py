@@ -2,7 +2,8 @@
 
 A profile is written by `fp8advisor fit` (from `bench` results or a published table) or built from the
 roofline model, and shipped in `data/profiles/`. Format: schema `fp8advisor.profile/1` (see
-`Profile.to_json`); `Profile.from_json` validates a document and says what is wrong and where.
+`Profile.to_json`); `Profile.from_json` checks every field of a document first (`fp8advisor.predict.
+profile_schema`) and says what is wrong and where; `dumps_profile` writes only what it can read back.
 
 Its parts: the figures (`fp8advisor.predict.figures`: points, provenance, fit error), the grouped expert GEMM
 section (`fp8advisor.predict.grouped_profile`); its files (`fp8advisor.predict.profile_files`); which profile
@@ -12,19 +13,18 @@ a GPU gets (`fp8advisor.predict.selection`).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fp8advisor.errors import ProfileError, quote
+from fp8advisor.errors import ProfileError
 from fp8advisor.gpus import GpuSpecs, gpu_family
-from fp8advisor.predict.figures import PROVENANCES, FitError, SpeedupPoint, absent_or_positive
-from fp8advisor.predict.grouped_profile import GroupedProfile, grouped_problem
+from fp8advisor.json_output import dumps
+from fp8advisor.predict.figures import FitError, SpeedupPoint
+from fp8advisor.predict.grouped_profile import GroupedProfile
+from fp8advisor.predict.profile_schema import SCHEMA, check_profile_document
 from fp8advisor.recipes import Recipe
-
-SCHEMA = "fp8advisor.profile/1"
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,6 @@ class DeviceInfo:
             family=data.get("family") or gpu_family(str(data["name"])) or str(data["name"]),
             compute_capability=tuple(int(v) for v in capability) if capability else None,
         )
-
-
-_KIND_WORDS = {"name": "a string", "recipes": "an object", "device": "an object", "software": "an object"}
 
 
 @dataclass(frozen=True)
@@ -146,11 +143,11 @@ class Profile:
 
     @classmethod
     def from_json(cls, data: Any, *, path: Path | None = None) -> Profile:
-        """Validate and read a profile document; a ProfileError says what is wrong and where."""
+        """Validate and read a profile document; a ProfileError says what is wrong and where (the rules:
+        `fp8advisor.predict.profile_schema`)."""
         where = str(path) if path else None
-        _check_document(data, where)
+        check_profile_document(data, where)  # every field, before anything is built from it
         device, recipes, roofline, grouped = _read_sections(data, where)
-        _check_figures(recipes, roofline, grouped, where)
         return cls(
             name=str(data["name"]),
             provenance=str(data["provenance"]),
@@ -163,54 +160,6 @@ class Profile:
             roofline=roofline,
             grouped=grouped,
             path=path,
-        )
-
-
-def _check_document(data: Any, where: str | None) -> None:
-    """The document's outline: a JSON object of this schema, with the keys and kinds a profile needs and
-    known recipes and provenance; a ProfileError otherwise."""
-    if not isinstance(data, dict):
-        raise ProfileError(
-            "a profile must be a JSON object", hint="regenerate it with `fp8advisor fit`", location=where
-        )
-    schema = data.get("schema")
-    if schema != SCHEMA:
-        raise ProfileError(
-            f"not a profile of schema {SCHEMA!r} (schema: {schema!r})",
-            hint="profiles are written by `fp8advisor fit`; regenerate it with the installed version",
-            location=where,
-        )
-    missing = [key for key in ("name", "provenance", "device", "recipes") if key not in data]
-    if missing:
-        raise ProfileError(
-            f"profile lacks {', '.join(missing)}",
-            hint="regenerate it with `fp8advisor fit`",
-            location=where,
-        )
-    if data["provenance"] not in PROVENANCES:
-        raise ProfileError(
-            f"unknown provenance {data['provenance']!r}",
-            hint=f"use one of: {', '.join(PROVENANCES)}",
-            location=where,
-        )
-    for key, kind in (
-        ("name", str),
-        ("recipes", dict),
-        ("device", dict),
-        ("software", (dict, type(None))),
-    ):
-        if not isinstance(data.get(key), kind):
-            raise ProfileError(
-                f"the profile's {key} is {quote(data.get(key))}, not {_KIND_WORDS[key]}",
-                hint="regenerate it with `fp8advisor fit`",
-                location=where,
-            )
-    unknown = [name for name in data["recipes"] if name not in {r.value for r in Recipe}]
-    if unknown:
-        raise ProfileError(
-            f"unknown recipe(s) {', '.join(unknown)}",
-            hint=f"recipes are: {', '.join(r.value for r in Recipe)}",
-            location=where,
         )
 
 
@@ -237,78 +186,15 @@ def _read_sections(
     return device, recipes, roofline, grouped
 
 
-def _check_figures(
-    recipes: Mapping[str, RecipeProfile],
-    roofline: GpuSpecs | None,
-    grouped: GroupedProfile | None,
-    where: str | None,
-) -> None:
-    """A ProfileError for the first figure a profile cannot hold: an impossible value, a shape measured twice,
-    a size or speedup not positive, a recipe with nothing to predict from."""
-    problem = _figure_problem(recipes, roofline) or (grouped and grouped_problem(grouped))
-    if problem is not None:
-        raise ProfileError(
-            f"{problem}: not a figure a profile can hold",
-            hint="regenerate the profile with `fp8advisor fit`",
-            location=where,
-        )
-    for name, body in recipes.items():
-        if len({point.shape for point in body.points}) != len(body.points):
-            raise ProfileError(
-                f"recipe {name}: a shape appears twice among its points",
-                hint="merge repeated measurements (fp8advisor fit does) and regenerate the profile",
-                location=where,
-            )
-        for point in body.points:
-            if min(point.shape) <= 0 or not (point.speedup > 0 and math.isfinite(point.speedup)):
-                raise ProfileError(
-                    f"recipe {name}: point {point.shape}: size or speedup ({point.speedup}) not positive",
-                    hint="fix or drop that point and regenerate the profile",
-                    location=where,
-                )
-        if not body.points and roofline is None:
-            raise ProfileError(
-                f"recipe {name} has neither measured points nor roofline constants to predict from",
-                hint="a modelled profile needs a 'roofline' section",
-                location=where,
-            )
-
-
-def _figure_problem(recipes: Mapping[str, RecipeProfile], roofline: GpuSpecs | None) -> str | None:
-    """The first figure of a profile that is negative, zero, NaN or infinite where it cannot be (times, rates,
-    errors, fractions), said as "WHERE = VALUE"; None when every figure is possible."""
-    for name, body in recipes.items():
-        for point in body.points:
-            for label, value in (("bf16_time_s", point.bf16_time_s), ("float8_time_s", point.float8_time_s)):
-                if not absent_or_positive(value):
-                    return f"recipe {name}: point {point.shape}: {label} = {value}"
-        error = body.error
-        if error is not None:
-            for label, value in (
-                ("median_relative_error", error.median_relative_error),
-                ("worst_relative_error", error.worst_relative_error),
-            ):
-                if not (math.isfinite(value) and value >= 0):
-                    return f"recipe {name}: error.{label} = {value}"
-            if not 0 <= error.sign_accuracy <= 1:
-                return f"recipe {name}: error.sign_accuracy = {error.sign_accuracy} (a fraction)"
-            if error.n < 0:
-                return f"recipe {name}: error.n = {error.n}"
-    if roofline is not None:
-        for label in ("bf16_flops", "fp8_flops", "bandwidth_bytes_per_s"):
-            if not absent_or_positive(getattr(roofline, label)):
-                return f"roofline.{label} = {getattr(roofline, label)}"
-        for label in ("gemm_efficiency", "bandwidth_efficiency"):
-            if not 0 < getattr(roofline, label) <= 1:
-                return f"roofline.{label} = {getattr(roofline, label)} (a fraction of the peak)"
-        if not (math.isfinite(roofline.kernel_floor_s) and roofline.kernel_floor_s >= 0):
-            return f"roofline.kernel_floor_s = {roofline.kernel_floor_s}"
-    return None
-
-
 def dumps_profile(profile: Profile) -> str:
-    """The profile as deterministic JSON text: sorted keys, 2-space indent, trailing newline."""
-    return json.dumps(profile.to_json(), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    """The profile as deterministic JSON text: sorted keys, 2-space indent, trailing newline.
+
+    What is written can be read back: the text is read again with `Profile.from_json` before it is returned,
+    so a profile no reader would accept (a name that is not a plain name, a speedup out of range) is a
+    `ProfileError` here, before any file is written."""
+    text = dumps(profile.to_json(), sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    Profile.from_json(json.loads(text))
+    return text
 
 
 __all__ = [

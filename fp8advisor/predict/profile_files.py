@@ -1,19 +1,24 @@
 """Profile files: where profiles live (shipped in `data/profiles/`, the user's own in `user_profile_dir()`),
 reading and writing them, listing them, and loading one by name or path.
 
-A profile file is the JSON document of `fp8advisor.predict.profile` (`dumps_profile`); reading one validates
-it (`Profile.from_json`), and a file that cannot be read says why and where (`ProfileError`).
+A profile file is the JSON document of `fp8advisor.predict.profile` (`dumps_profile`, which writes only
+what it can read back); reading one goes through `fp8advisor.reading` (a regular file of bounded size,
+UTF-8, JSON of bounded depth) and checks every field (`Profile.from_json`); a file that cannot be read says
+why and where (`ProfileError`). A file the user names (`load_profile`) that is bad is an error; in a
+directory scan (`profiles_in`) a bad file is named in a `passed_over` list and skipped, for the caller to
+say once.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-from fp8advisor.errors import ProfileError
+from fp8advisor.errors import ProfileError, quote
+from fp8advisor.fields import name_problem
 from fp8advisor.paths import PROFILES_DIR
 from fp8advisor.predict.profile import SCHEMA, Profile, dumps_profile
+from fp8advisor.reading import MAX_INPUT_BYTES, check_regular_file, decode_text, parse_json, read_text
 
 #: Environment variable naming the directory of the user's own profiles (default:
 #: ~/.cache/fp8advisor/profiles).
@@ -42,39 +47,33 @@ def save_profile(profile: Profile, path: str | Path) -> Path:
 
 def looks_like_profile(path: Path) -> bool:
     """True when the file at `path` is a JSON object with the profile schema (`SCHEMA`): a file `fit -o` may
-    replace."""
+    replace. Read without noting it as an input (it is the output), and only when it is a regular file of a
+    bounded size (`reading.check_regular_file`)."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        check_regular_file(path, "profile", error=ProfileError)
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a pipe swapped in: no wait
+        with os.fdopen(descriptor, "rb") as handle:
+            text = decode_text(handle.read(MAX_INPUT_BYTES), path, "profile", error=ProfileError)
+        data = parse_json(text, path, error=ProfileError)
+    except (OSError, ProfileError):
         return False
     return isinstance(data, dict) and data.get("schema") == SCHEMA
 
 
 def read_profile_file(path: Path) -> Profile:
-    """The profile in the file at `path`; a ProfileError says why it cannot be read or what is wrong."""
+    """The profile in the file at `path`; a ProfileError says why it cannot be read or what is wrong (the
+    file through `fp8advisor.reading`: a regular file of bounded size, UTF-8, JSON of bounded depth; then
+    every field, `Profile.from_json`)."""
     hint = "profiles are JSON documents written by `fp8advisor fit`"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ProfileError(
-            f"cannot read profile: {error.strerror or error}", hint="check the path", location=str(path)
-        ) from None
-    except UnicodeDecodeError:
-        raise ProfileError("not a text file (binary or pickled?)", hint=hint, location=str(path)) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ProfileError(
-            f"not valid JSON: {error.msg} at line {error.lineno}", hint=hint, location=str(path)
-        ) from None
-    except RecursionError:
-        raise ProfileError("not a profile: JSON nested too deeply", hint=hint, location=str(path)) from None
+    text = read_text(path, "profile", error=ProfileError, hint=hint)
+    data = parse_json(text, path, error=ProfileError)
     return Profile.from_json(data, path=path)
 
 
 def profiles_in(directory: Path, passed_over: list[str] | None = None) -> list[Profile]:
     """The profiles in `directory` (its `*.json` files, by name). With a `passed_over` list, a file that is
-    not a readable profile is named there ("file: why") and skipped; without one it is a `ProfileError`."""
+    not a readable profile is named there ("file: why", once however many scans meet it) and skipped;
+    without one it is a `ProfileError`."""
     if not directory.is_dir():
         return []
     profiles = []
@@ -84,41 +83,68 @@ def profiles_in(directory: Path, passed_over: list[str] | None = None) -> list[P
         except ProfileError as error:
             if passed_over is None:
                 raise
-            passed_over.append(f"{path}: {error.message}")
+            why = f"{path}: {error.message}"
+            if why not in passed_over:
+                passed_over.append(why)
     return profiles
 
 
-def list_profiles(*, include_user: bool = True) -> list[Profile]:
-    """Every shipped profile, then the user's own (from `user_profile_dir()`), each sorted by file name."""
-    profiles = profiles_in(shipped_profile_dir())
+def list_profiles(*, include_user: bool = True, passed_over: list[str] | None = None) -> list[Profile]:
+    """Every shipped profile, then the user's own (from `user_profile_dir()`), each sorted by file name. A
+    file that is not a readable profile is a `ProfileError`, or with a `passed_over` list named there and
+    skipped (`profiles_in`)."""
+    profiles = profiles_in(shipped_profile_dir(), passed_over)
     if include_user:
-        profiles += profiles_in(user_profile_dir())
+        profiles += profiles_in(user_profile_dir(), passed_over)
     return profiles
 
 
 def load_profile(name_or_path: str | Path) -> Profile:
-    """A profile by path, or by name (a user profile of that name first, then a shipped one)."""
+    """A profile by path, or by name (a user profile of that name first, then a shipped one). A file named
+    this way is an error when it is not a readable profile (a directory scan passes over such a file)."""
+    text = str(name_or_path)
     candidate = Path(name_or_path).expanduser()
-    looks_like_path = candidate.suffix == ".json" or os.sep in str(name_or_path) or candidate.is_file()
-    if looks_like_path:
-        if not candidate.is_file():
+    if (
+        candidate.suffix == ".json"
+        or os.sep in text
+        or (os.altsep and os.altsep in text)
+        or candidate.exists()
+    ):
+        if not os.path.lexists(candidate):
             raise ProfileError(
-                f"no profile file {str(name_or_path)!r}",
+                f"no profile file {quote(text)}",
                 hint="give a path to a profile JSON, or a name from `fp8advisor fit` / data/profiles",
             )
         return read_profile_file(candidate)
+    problem = name_problem(text, "a profile name")
+    if problem is not None:
+        raise ProfileError(
+            f"no profile named {quote(text)}: {problem}",
+            hint="give the name of a profile (`fp8advisor fit --name`), or the path of its JSON file",
+        )
     for directory in (user_profile_dir(), shipped_profile_dir()):
-        path = directory / f"{name_or_path}.json"
-        if path.is_file():
+        path = directory / f"{text}.json"
+        if path.exists():
             return read_profile_file(path)
     known = sorted(
         {
             path.stem
             for directory in (user_profile_dir(), shipped_profile_dir())
+            if directory.is_dir()
             for path in directory.glob("*.json")
         }
     )
-    raise ProfileError(f"no profile named {str(name_or_path)!r}", hint=f"known profiles: {', '.join(known)}")
+    raise ProfileError(f"no profile named {quote(text)}", hint=f"known profiles: {', '.join(known)}")
+
+
+def profile_path_for(name: str, directory: Path | None = None) -> Path:
+    """Where `fit` writes the profile `name` by default: `<directory or user_profile_dir()>/<name>.json`;
+    a name that is not a plain name (a path separator, `..`, a control character) is a `ProfileError`, so
+    the file is always inside that directory."""
+    problem = name_problem(name, "the profile name")
+    if problem is not None:
+        raise ProfileError(problem, hint="name it with letters, digits and . _ + - (fit --name NAME)")
+    return (directory or user_profile_dir()) / f"{name}.json"
 
 
 __all__ = [
@@ -126,6 +152,9 @@ __all__ = [
     "list_profiles",
     "load_profile",
     "looks_like_profile",
+    "profile_path_for",
+    "profiles_in",
+    "read_profile_file",
     "save_profile",
     "shipped_profile_dir",
     "user_profile_dir",

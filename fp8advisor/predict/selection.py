@@ -3,7 +3,9 @@ roofline profile of the same GPU, which answers for the recipes the primary prof
 (`ProfileChoice`), and with the profile whose grouped expert GEMM figures answer for the MoE experts.
 
 The order (the user's own, then shipped; measured before published before modelled; the shipped H100 profile
-for a GPU without one) is `select_profile`'s docstring.
+for a GPU without one) is `select_profile`'s docstring. Each profile directory is read once per selection;
+a file in it that is not a readable profile is passed over and named in `ProfileChoice.passed_over`, for the
+caller to warn about; a profile the user names (--profile, --grouped-profile) that is bad is an error.
 """
 
 from __future__ import annotations
@@ -16,12 +18,7 @@ from fp8advisor.gpus import gpu_family
 from fp8advisor.predict.figures import PROVENANCE_RANK
 from fp8advisor.predict.grouped_profile import GroupedProfile
 from fp8advisor.predict.profile import Profile
-from fp8advisor.predict.profile_files import (
-    load_profile,
-    profiles_in,
-    shipped_profile_dir,
-    user_profile_dir,
-)
+from fp8advisor.predict.profile_files import load_profile, profiles_in, shipped_profile_dir, user_profile_dir
 from fp8advisor.recipes import Recipe
 
 #: The family whose shipped profile answers for GPUs that have none of their own.
@@ -46,6 +43,9 @@ class ProfileChoice:
     grouped_source: Profile | None = None
     #: --grouped-profile none: the grouped roofline predicts the experts, whatever profile has figures.
     grouped_off: bool = False
+    #: The profile files the choice passed over ("file: why"): unreadable or malformed files met in the
+    #: profile directories, each named once, for the caller to warn about (`select_profile`).
+    passed_over: tuple[str, ...] = ()
 
     @property
     def grouped_profile(self) -> Profile | None:
@@ -98,33 +98,59 @@ class ProfileChoice:
         return text
 
 
-def modelled_profile_for(family: str | None) -> Profile | None:
+class _Scans:
+    """The profile directories one selection reads, each once, and the files passed over in them: a file
+    that is not a readable profile is skipped and named in `passed_over` ("file: why"), never fatal, so that
+    one bad file cannot block every suggest."""
+
+    def __init__(self) -> None:
+        self.passed_over: list[str] = []
+        self._found: dict[Path, list[Profile]] = {}
+
+    def profiles(self, directory: Path) -> list[Profile]:
+        if directory not in self._found:
+            self._found[directory] = profiles_in(directory, self.passed_over)
+        return self._found[directory]
+
+
+def modelled_profile_for(family: str | None, scans: _Scans | None = None) -> Profile | None:
     """The shipped roofline profile of a GPU family, None when none is shipped."""
     if family is None:
         return None
-    for profile in profiles_in(shipped_profile_dir()):
+    for profile in (scans or _Scans()).profiles(shipped_profile_dir()):
         if profile.is_modelled and profile.family == family:
             return profile
     return None
 
 
 def _pair(
-    primary: Profile, reason: str, grouped_source: Profile | None = None, *, grouped_given: bool = False
+    primary: Profile,
+    reason: str,
+    scans: _Scans,
+    grouped_source: Profile | None = None,
+    *,
+    grouped_given: bool = False,
 ) -> ProfileChoice:
     """The choice of `primary`; `grouped_source` answers for the experts when given with --grouped-profile
     (`grouped_given`), else only when the primary has no grouped figures of its own."""
-    fallback = None if primary.is_modelled else modelled_profile_for(primary.family)
+    fallback = None if primary.is_modelled else modelled_profile_for(primary.family, scans)
     if primary.grouped is not None and not grouped_given:
         grouped_source = None
-    return ProfileChoice(primary=primary, fallback=fallback, reason=reason, grouped_source=grouped_source)
+    return ProfileChoice(
+        primary=primary,
+        fallback=fallback,
+        reason=reason,
+        grouped_source=grouped_source,
+        passed_over=tuple(scans.passed_over),
+    )
 
 
-def _grouped_source(family: str | None, user_profiles: list[Profile]) -> Profile | None:
+def _grouped_source(family: str | None, user_profiles: list[Profile], scans: _Scans) -> Profile | None:
     """The best profile of `family` with grouped expert GEMM figures: the user's own (measured before
     published, then the newest), else a shipped one; emulated ones never."""
     if family is None:
         return None
-    for candidates in (user_profiles, profiles_in(shipped_profile_dir())):
+    for candidates in (user_profiles, scans.profiles(shipped_profile_dir())):
         grouped = [
             p
             for p in candidates
@@ -198,7 +224,8 @@ def select_profile(
     None and `detect_device`): a profile the user made for this GPU family (in `user_profile_dir()`, the
     newest; measured before published) > the shipped one for this family (measured or published before
     modelled) > the shipped H100 one. The result pairs it with the modelled roofline profile of the same
-    family.
+    family. A file in a profile directory that is not a readable profile is passed over and named in the
+    choice's `passed_over`; a profile named with `requested` or `grouped` that is bad is a `ProfileError`.
 
     The MoE experts' grouped GEMM figures: `grouped` (--grouped-profile, a name or path; "none": the grouped
     roofline) wins; else the
@@ -207,56 +234,54 @@ def select_profile(
     """
     off = grouped is not None and str(grouped) == NO_GROUPED_PROFILE
     given = load_grouped_profile(grouped) if grouped is not None and not off else None
-    choice = _select_profile(requested, device_name=device_name, detect_device=detect_device)
+    scans = _Scans()
+    choice = _select_profile(requested, scans, device_name=device_name, detect_device=detect_device)
     if off:
         return replace(choice, grouped_source=None, grouped_off=True)
     if given is not None:
-        return _pair(choice.primary, choice.reason, given, grouped_given=True)
+        return _pair(choice.primary, choice.reason, scans, given, grouped_given=True)
     return choice
 
 
 def _select_profile(
-    requested: str | Path | None, *, device_name: str | None, detect_device: bool
+    requested: str | Path | None, scans: _Scans, *, device_name: str | None, detect_device: bool
 ) -> ProfileChoice:
     """The profile `select_profile` chooses before --grouped-profile is applied."""
     if requested is not None:
         primary = _requested_profile(requested)
-        own = [p for p in profiles_in(user_profile_dir(), []) if p.family == primary.family]  # bad: skipped
-        return _pair(primary, "requested with --profile", _grouped_source(primary.family, own))
+        own = [p for p in scans.profiles(user_profile_dir()) if p.family == primary.family]
+        return _pair(primary, "requested with --profile", scans, _grouped_source(primary.family, own, scans))
     if device_name is None and detect_device:
         device_name = _detect_device_name()
     # a GPU the roofline table lacks is its own family, so that the user's profile of it is still found
     family = gpu_family(device_name) or device_name
     gpu_words = f"{device_name} ({family})" if family != device_name else (device_name or "no GPU found")
 
-    # One bad file among the user's own must not block every suggest: it is passed over, and said.
-    passed_over: list[str] = []
-    skipped = ""
+    # One bad file among the user's own must not block every suggest: it is passed over (`scans`), and said.
     grouped_source = None
     if family is not None:
-        own = [p for p in profiles_in(user_profile_dir(), passed_over) if p.family == family]
-        grouped_source = _grouped_source(family, own)
+        own = [p for p in scans.profiles(user_profile_dir()) if p.family == family]
+        grouped_source = _grouped_source(family, own, scans)
         # A profile of grouped expert GEMMs only (no Linear recipe) answers for the experts, not as primary.
         user_profiles = [p for p in own if p.provenance in ("measured", "published") and p.recipes]
-        if passed_over:
-            skipped = f" (passed over {len(passed_over)} unreadable file(s): {passed_over[0]})"
         if user_profiles:
             return _pair(
                 _best(user_profiles),
-                f"your own profile for {gpu_words} in {user_profile_dir()}{skipped}",
+                f"your own profile for {gpu_words} in {user_profile_dir()}",
+                scans,
                 grouped_source,
             )
         shipped = [
             p
-            for p in profiles_in(shipped_profile_dir())
+            for p in scans.profiles(shipped_profile_dir())
             if p.family == family and p.provenance != "emulated" and p.recipes
         ]
         if shipped:
-            return _pair(_best(shipped), f"the shipped profile for {gpu_words}{skipped}", grouped_source)
+            return _pair(_best(shipped), f"the shipped profile for {gpu_words}", scans, grouped_source)
 
     shipped_default = [
         p
-        for p in profiles_in(shipped_profile_dir())
+        for p in scans.profiles(shipped_profile_dir())
         if p.family == DEFAULT_FAMILY and p.provenance in ("measured", "published") and p.recipes
     ]
     if not shipped_default:
@@ -265,9 +290,9 @@ def _select_profile(
             hint="reinstall fp8advisor, or pass --profile PATH",
         )
     why = f"no profile for {device_name}" if device_name else "no GPU found"
-    grouped_source = grouped_source or _grouped_source(DEFAULT_FAMILY, [])
+    grouped_source = grouped_source or _grouped_source(DEFAULT_FAMILY, [], scans)
     return _pair(
-        _best(shipped_default), f"{why}: the shipped {DEFAULT_FAMILY} profile{skipped}", grouped_source
+        _best(shipped_default), f"{why}: the shipped {DEFAULT_FAMILY} profile", scans, grouped_source
     )
 
 

@@ -228,7 +228,8 @@ def run_step(plan: StepPlan) -> Step:
 def _run_real_model(plan: StepPlan, notes: list[str]) -> tuple[nn.Module, nn.Module, tuple] | None:
     """(bf16 model, float8 model, their traced step) of the model built for real by its own code; None, with
     a note saying why, when its code fails on real tensors."""
-    from fp8advisor.inspect.sandbox import describe_error, running_user_code
+    from fp8advisor.errors import describe_error
+    from fp8advisor.inspect.sandbox import running_user_code
 
     spec = plan.spec
     try:

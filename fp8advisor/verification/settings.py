@@ -24,14 +24,13 @@ def advice_settings(
     `SuggestRequest`), else the one in the header `fp8advisor suggest` wrote into the config
     (`fp8advisor.frameworks.header.read_header`), else the default. Also the names of the settings taken from
     the header, and one line saying where the command line disagrees with the header (the command line wins;
-    a `target` other than the one the header names is said too), or None. A file without such a header (or
-    none at all: `read_config` reports that) gives the command line and the defaults."""
+    a `target` other than the one the header names is said too), or None. A file without such a header gives
+    the command line and the defaults; a file that cannot be read as a config (missing, a pipe or a device,
+    not UTF-8 text: `frameworks.reader.read_config_text`) is a ConfigError."""
     from fp8advisor.frameworks.header import read_header
+    from fp8advisor.frameworks.reader import read_config_text
 
-    try:
-        header = read_header(Path(config_path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError):
-        header = None
+    header = read_header(read_config_text(config_path))
     written_target = header.request.target if header is not None else None
     request = SuggestRequest(target if target is not None else written_target or "")
     merged, from_header, disagreements = request.merge_with_header(
