@@ -7,9 +7,16 @@ generated file is refused there, with the field's place in the document (`at("re
 "points", 3, "speedup")` -> `recipes.rowwise.points[3].speedup`). Each check returns None when the value is
 fine, else what is wrong, in words a message can quote; the reader raises its own error class with it.
 
-- `name_problem`: a plain name (a profile's name, which is also a file name): letters, digits and `._+-`,
-  starting with a letter or a digit, at most `MAX_NAME_CHARS`; no space, no path separator, no control
-  character.
+- `name_problem`: a plain name, the rule for a name the tool WRITES (`fit --name`, which is also a file
+  name): letters, digits and `._+-`, starting with a letter or a digit, at most `MAX_NAME_CHARS`; no space,
+  no path separator, no control character.
+- `read_name_problem`: a safe name, the rule for a name the tool READS (a profile's `name` field, a
+  `--profile NAME` looked up in a profile directory), wider than the plain name so that profiles named by
+  older versions (`my h100 (table)`) still read: printable text (`str.isprintable`, the space allowed: no
+  control character, line break or separator) of 1 to `MAX_READ_NAME_CHARS` characters, not blank, no
+  path separator (`/`, `\\`), not `.` or `..` (so `<name>.json` stays inside its directory), not starting
+  with `-` (it is written as `--profile NAME` in a config header's check command, and must not read as an
+  option there).
 - `text_problem`: free text (a device name, a source, a method, a note): a string of printable characters
   only (`str.isprintable`, the space allowed: no newline, carriage return, tab, escape, NUL, bidirectional
   override, line or paragraph separator) of at most `limit` characters.
@@ -26,8 +33,11 @@ from typing import Any
 
 from fp8advisor.errors import quote
 
-#: The longest plain name (a profile's name).
+#: The longest plain name (a profile's name as `fit` writes it).
 MAX_NAME_CHARS = 100
+#: The longest name read (a profile's name as an older `fit` may have written it: a file name of at most 255
+#: bytes, `<name>.json`, holds no longer name).
+MAX_READ_NAME_CHARS = 255
 #: The longest free text of a short field (a device name, a date, a software version).
 SHORT_TEXT_CHARS = 200
 #: The longest free text of a long field (a profile's source or method, a results header's method).
@@ -64,6 +74,25 @@ def name_problem(value: Any, what: str = "name") -> str | None:
             f"{what} {quote(value)} is not a plain name (letters, digits and . _ + -, starting with a letter "
             "or a digit: no space, path separator or control character)"
         )
+    return None
+
+
+def read_name_problem(value: Any, what: str = "name") -> str | None:
+    """None when `value` is a safe name to read (module docstring: printable, bounded, no path separator,
+    not `.`/`..`, not starting with `-`), else why not."""
+    if not isinstance(value, str):
+        return f"{what} is {quote(value)}, not a string"
+    if len(value) > MAX_READ_NAME_CHARS:
+        return f"{what} is {len(value)} characters long (at most {MAX_READ_NAME_CHARS})"
+    if not value.strip():
+        return f"{what} is {quote(value)}: empty"
+    if not value.isprintable():
+        bad = next(c for c in value if not c.isprintable())
+        return f"{what} holds the control character U+{ord(bad):04X}: {quote(value)}"
+    if "/" in value or "\\" in value or value in (".", ".."):
+        return f"{what} {quote(value)} is a path, not a name (no / or \\, not . or ..)"
+    if value.startswith("-"):
+        return f"{what} {quote(value)} starts with -: it would read as an option (--profile {value})"
     return None
 
 
@@ -126,6 +155,7 @@ def time_problem(value: Any, what: str) -> str | None:
 __all__ = [
     "LONG_TEXT_CHARS",
     "MAX_NAME_CHARS",
+    "MAX_READ_NAME_CHARS",
     "MAX_SIZE",
     "MAX_TIME_S",
     "MIN_TIME_S",
@@ -135,6 +165,7 @@ __all__ = [
     "is_real",
     "name_problem",
     "number_problem",
+    "read_name_problem",
     "size_problem",
     "text_problem",
     "time_problem",

@@ -8,6 +8,9 @@
   directory, none of the command's inputs, and a file the tool wrote itself (what `is_ours` recognises:
   `is_generated_config` for a config, whose first line must be the header `suggest` writes, exactly)
   unless the user says `--force`.
+- `command_scope()` (around every CLI command) and `absolute(path)`: a relative path names a file in the
+  directory the command started in, whatever `os.chdir` the user's code makes meanwhile (a model's `__del__`
+  may run at any time); every read (`fp8advisor.reading`) and write here goes through `absolute`.
 - `DirectoryLock` keeps two `bench` processes out of one results directory (an advisory `flock`, released by
   the kernel when the holder dies, so a killed run never leaves a stale lock).
 """
@@ -21,7 +24,7 @@ import re
 import stat
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from fp8advisor.errors import AdvisorError
@@ -43,6 +46,42 @@ _HEAD_BYTES = 4096
 _INPUTS: set[tuple[int, int]] = set()
 
 
+class _Anchor:
+    directory: str | None = None  # the working directory the running command started in (`command_scope`)
+
+
+_anchor = _Anchor()
+
+
+@contextlib.contextmanager
+def command_scope() -> Iterator[None]:
+    """One command's files: within, `absolute` resolves a relative path against the working directory of
+    this moment, not the one of the moment it is called, and the inputs noted (`note_input`) are this
+    command's alone (a later command in the same process may write what this one read). The CLI runs every
+    command within it."""
+    saved_directory, saved_inputs = _anchor.directory, set(_INPUTS)
+    try:
+        _anchor.directory = os.getcwd()
+    except OSError:  # the working directory was removed: relative paths cannot be resolved either way
+        _anchor.directory = None
+    _INPUTS.clear()
+    try:
+        yield
+    finally:
+        _anchor.directory = saved_directory
+        _INPUTS.clear()
+        _INPUTS.update(saved_inputs)
+
+
+def absolute(path: str | Path) -> Path:
+    """`path`, a relative one joined to the directory the running command started in (`command_scope`;
+    outside a command, the current directory, as the OS would)."""
+    path = Path(path)
+    if path.is_absolute() or _anchor.directory is None:
+        return path
+    return Path(_anchor.directory) / path
+
+
 def _reason(error: OSError) -> str:
     return error.strerror or str(error)
 
@@ -51,16 +90,18 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
     """Write `data` (text as UTF-8, LF line ends kept as given) to `path` through a temporary file in the
     same directory, fsync'ed and renamed into place. The file keeps the permissions of the one it replaces
     (a new one gets the umask's). On any failure the old file is untouched, the temporary removed, and an
-    `AdvisorError` says what went wrong."""
-    path = Path(path)
+    `AdvisorError` says what went wrong. A relative `path` is resolved by `absolute`; it is returned as
+    given."""
+    typed = Path(path)
+    path = absolute(typed)
     payload = data.encode("utf-8") if isinstance(data, str) else data
-    refuse_input(path)
+    refuse_input(path, typed=typed)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as error:
         raise AdvisorError(
-            f"cannot write {path}: {_reason(error)}", hint="choose a path in a writable directory"
+            f"cannot write {typed}: {_reason(error)}", hint="choose a path in a writable directory"
         ) from None
     try:
         with os.fdopen(descriptor, "wb") as handle:
@@ -74,11 +115,11 @@ def write_atomic(path: str | Path, data: str | bytes) -> Path:
             os.unlink(temporary)
         if isinstance(error, OSError):
             raise AdvisorError(
-                f"cannot write {path}: {_reason(error)}; the old file, if any, is unchanged",
+                f"cannot write {typed}: {_reason(error)}; the old file, if any, is unchanged",
                 hint="free some disk space or choose another path" if error.errno == errno.ENOSPC else None,
             ) from None
         raise
-    return path
+    return typed
 
 
 def _mode_for(path: Path) -> int:
@@ -118,11 +159,12 @@ def input_named(path: Path) -> str | None:
     return None
 
 
-def refuse_input(path: Path, option: str | None = None) -> None:
-    """Raise an `AdvisorError` when `path` is one of this process's inputs (`input_named`)."""
+def refuse_input(path: Path, option: str | None = None, typed: str | Path | None = None) -> None:
+    """Raise an `AdvisorError` when `path` is one of this process's inputs (`input_named`); `typed`: the path
+    as the user typed it, for the message."""
     what = input_named(path)
     if what is not None:
-        shown = f"{option} {path}" if option else str(path)
+        shown = f"{option} {typed or path}" if option else str(typed or path)
         raise AdvisorError(
             f"{shown} is {what}: refusing to write over it (--force or not)", hint="choose another path"
         )
@@ -158,7 +200,7 @@ def probe_writable(path: Path, what: str) -> None:
     not exist yet, in its nearest existing ancestor, where it would be created). `what` names the path in
     the message ("-o out.toml"). A real probe (a temporary file created and removed): permission bits do not
     tell for root, read-only mounts or pseudo file systems."""
-    existing = _nearest_existing(path.parent)
+    existing = _nearest_existing(absolute(path).parent)
     if not existing.is_dir():
         raise AdvisorError(f"cannot write {what}: {existing} is not a directory", hint="choose another path")
     try:
@@ -175,7 +217,7 @@ def probe_writable(path: Path, what: str) -> None:
 def check_output_directory(directory: str | Path, option: str = "--out") -> None:
     """Raise an `AdvisorError` unless `directory` is a directory this process can write in, or a new one it
     can create."""
-    directory = Path(directory)
+    directory = absolute(directory)
     if directory.exists() and not directory.is_dir():
         raise AdvisorError(f"{option} {directory} is not a directory", hint=f"give a directory for {option}")
     probe_writable(directory / "probe", f"{option} {directory}")
@@ -199,31 +241,31 @@ def guard_output(
     tool wrote is replaced only with `force` (`force_flag` names the option in the message; None: none)."""
     if path is None:
         return
-    path = Path(path)
+    typed, path = path, absolute(path)
     if path.exists() or path.is_symlink():
         if path.is_dir():
             raise AdvisorError(
-                f"{option} {path} is a directory", hint=f"give a file name, e.g. {path / 'fp8.toml'}"
+                f"{option} {typed} is a directory", hint=f"give a file name, e.g. {Path(typed) / 'fp8.toml'}"
             )
         if not path.is_file():
             raise AdvisorError(
-                f"{option} {path} is not a regular file (a device, pipe or socket)",
+                f"{option} {typed} is not a regular file (a device, pipe or socket)",
                 hint="write to a regular file and copy it from there",
             )
         for source in inputs:
-            if source is not None and Path(source).is_file() and _same_file(path, Path(source)):
+            if source is not None and absolute(source).is_file() and _same_file(path, absolute(source)):
                 raise AdvisorError(
-                    f"{option} {path} is one of this command's inputs: refusing to write over it",
+                    f"{option} {typed} is one of this command's inputs: refusing to write over it",
                     hint=f"choose another {option}",
                 )
-        refuse_input(path, option)
+        refuse_input(path, option, typed)
         if not force and not is_ours(path):
             override = f"pass {force_flag} to replace it, or " if force_flag else ""
             raise AdvisorError(
-                f"{option} {path} exists and was not written by fp8advisor: refusing to replace it",
+                f"{option} {typed} exists and was not written by fp8advisor: refusing to replace it",
                 hint=f"{override}choose another {option}",
             )
-    probe_writable(path, f"{option} {path}")
+    probe_writable(path, f"{option} {typed}")
 
 
 class DirectoryLock:
@@ -231,7 +273,7 @@ class DirectoryLock:
     `with` block. A second holder gets an `AdvisorError` naming the process that holds it."""
 
     def __init__(self, directory: str | Path, name: str = ".fp8advisor-bench.lock", *, what: str = "bench"):
-        self.directory = Path(directory)
+        self.directory = absolute(directory)
         self.path = self.directory / name
         self.what = what
         self._fd = -1
@@ -274,6 +316,8 @@ class DirectoryLock:
 
 __all__ = [
     "GENERATED_MARK",
+    "absolute",
+    "command_scope",
     "DirectoryLock",
     "check_output_directory",
     "guard_output",

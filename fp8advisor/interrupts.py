@@ -9,7 +9,8 @@ is swallowed ("Exception ignored in ...") and the sweep runs on to exit 0 as if 
 - `check()`, called at the measurement's safe points (between points, between timed calls), raises it again
   when it was swallowed, so the sweep stops at the next of them and keeps what it measured;
 - a swallowed `KeyboardInterrupt` prints nothing (it is ours, and `check()` answers it); other unraisable
-  exceptions are reported as before.
+  exceptions are reported as before;
+- leaving `interrupts_kept()` normally with a Ctrl-C not yet answered raises it there.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def interrupts_kept() -> Iterator[None]:
     _state.active, _state.pending = True, False
     try:
         yield
+        check()  # a Ctrl-C swallowed after the last safe point (a __del__ while releasing) is still one
     finally:
         signal.signal(signal.SIGINT, previous_handler)
         sys.unraisablehook = previous_hook

@@ -17,7 +17,10 @@ Parsers (`parse_json`, `parse_toml`, `parse_yaml`), each bounded so that a small
 work: a document nested deeper than `MAX_NESTING` is refused (no RecursionError), and YAML, whose aliases can
 expand a few hundred bytes into billions of values ("billion laughs"), is composed by a loader that counts
 every value as expanded and refuses a document of more than `MAX_YAML_VALUES`, or an alias inside its own
-anchor. YAML is read with the safe loader's types only (no Python tags).
+anchor. YAML is read with the safe loader's types only (no Python tags). A key or a value holding a NUL
+character, written as an escape (`"\\u0000"`, YAML's `"\\0"`), is refused as the raw byte is. A syntax error
+is one line: what, the line and column, a hint (PyYAML's block of lines with its "<unicode string>" marks is
+rewritten, `_yaml_error`).
 
 Every file read is noted as an input of this process (`files.note_input`): no `-o` writes over it.
 Every refusal is an `AdvisorError` of the caller's class (`error=`), naming the file and saying what to do.
@@ -28,12 +31,13 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any
 
-from fp8advisor.errors import AdvisorError
-from fp8advisor.files import note_input
+from fp8advisor.errors import AdvisorError, quote
+from fp8advisor.files import absolute, note_input
 
 #: The largest input file read (bytes). The largest real input, a results file of a full sweep, is a few MB.
 MAX_INPUT_BYTES = 64 * 1024 * 1024
@@ -87,7 +91,7 @@ def check_regular_file(
     `hint` is said when the file is missing or cannot be looked at."""
     path = Path(path)
     try:
-        info = os.stat(path)
+        info = os.stat(absolute(path))  # relative to where the command started (`files.command_scope`)
     except FileNotFoundError:
         raise error(f"no such {what}: {path}", hint=hint) from None
     except (OSError, ValueError) as failure:  # ValueError: a NUL byte in the name
@@ -117,7 +121,7 @@ def read_bytes(
         os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     )
     try:
-        descriptor = os.open(path, flags)
+        descriptor = os.open(absolute(path), flags)
     except OSError as failure:
         raise error(f"cannot read {what} {path}: {failure.strerror or failure}", hint=hint) from None
     try:
@@ -191,14 +195,33 @@ def _too_deep(path: str | Path, kind: str, error: type[AdvisorError]) -> Advisor
     )
 
 
+#: A NUL written as an escape, in JSON ("\u0000"), TOML ("\u0000", "\U00000000") or YAML ("\0", "\x00").
+_NUL_ESCAPE = re.compile(r"\\(?:u0000|U00000000|x00|0(?![0-9]))")
+
+
+def _one_line(text: object) -> str:
+    """A parser's message on one line: its lines joined, runs of spaces made one (PyYAML writes a block of
+    lines with the input's name and marks)."""
+    return " ".join(str(text).split())
+
+
 def check_nesting(
-    value: Any, path: str | Path, kind: str, *, error: type[AdvisorError] = AdvisorError
+    value: Any,
+    path: str | Path,
+    kind: str,
+    *,
+    error: type[AdvisorError] = AdvisorError,
+    text: str | None = None,
 ) -> Any:
-    """`value` (parsed lists, tuples and mappings) when it nests at most `MAX_NESTING` levels; else `error`.
-    Walked without recursion, each container once (a YAML alias shared by many places is walked once)."""
+    """`value` (parsed lists, tuples and mappings) when it nests at most `MAX_NESTING` levels and no string
+    in it (a key or a value) holds a NUL character (written as an escape: the raw byte is refused by
+    `decode_text`); else `error`, located at the first NUL escape in `text` when given. Walked without
+    recursion, each container once (a YAML alias shared by many places is walked once)."""
     stack, seen = [(value, 1)], set()
     while stack:
         item, depth = stack.pop()
+        if isinstance(item, str) and "\0" in item:
+            raise _nul_value(item, path, kind, error, text)
         if not isinstance(item, (list, tuple, dict)) or id(item) in seen:
             continue
         if depth > MAX_NESTING:
@@ -209,23 +232,47 @@ def check_nesting(
     return value
 
 
+def _nul_value(
+    item: str, path: str | Path, kind: str, error: type[AdvisorError], text: str | None
+) -> AdvisorError:
+    found = _NUL_ESCAPE.search(text) if text is not None else None
+    line = text.count("\n", 0, found.start()) + 1 if found is not None else None
+    return error(
+        f"{kind} holds a string with a NUL character ({quote(item)}"
+        + (f", written `{found.group()}` at line {line}" if found is not None else "")
+        + "): no name or setting holds one",
+        hint="remove the NUL escape",
+        location=f"{path}:{line}" if line is not None else str(path),
+    )
+
+
 def parse_json(text: str, path: str | Path, *, error: type[AdvisorError] = AdvisorError) -> Any:
-    """`json.loads(text)`, bounded (`MAX_NESTING`); a syntax error, a number beyond Python's digit limit or
-    a document nested too deep is one `error` naming the line."""
+    """`json.loads(text)`, bounded (`MAX_NESTING`); a syntax error, a number beyond Python's digit limit, a
+    document nested too deep or a NUL in a string is one `error` naming the line."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as failure:
-        raise error(f"not valid JSON: {failure}", hint="fix the JSON syntax", location=str(path)) from None
+        raise error(
+            f"not valid JSON: {_one_line(failure.msg)} (line {failure.lineno}, column {failure.colno})",
+            hint="fix the JSON syntax",
+            location=f"{path}:{failure.lineno}",
+        ) from None
     except RecursionError:
         raise _too_deep(path, "JSON", error) from None
     except (ValueError, MemoryError) as failure:  # an integer of more than 4300 digits
-        raise error(f"not valid JSON: {failure}", hint="fix the value", location=str(path)) from None
-    return check_nesting(value, path, "JSON", error=error)
+        raise error(
+            f"not valid JSON: {_one_line(failure)}", hint="fix the value", location=str(path)
+        ) from None
+    return check_nesting(value, path, "JSON", error=error, text=text)
+
+
+#: Where tomllib's message says the error is: "... (at line 3, column 5)".
+_TOML_AT = re.compile(r"\(at line (\d+), column (\d+)\)")
 
 
 def parse_toml(text: str, path: str | Path, *, error: type[AdvisorError] = AdvisorError) -> dict[str, Any]:
-    """`tomllib.loads(text)`, bounded (`MAX_NESTING`); a syntax error or a document nested too deep is one
-    `error`."""
+    """`tomllib.loads(text)`, bounded (`MAX_NESTING`); a syntax error, a document nested too deep or a NUL
+    in a string is one `error` naming the line."""
     try:
         import tomllib
     except ModuleNotFoundError:  # pragma: no cover - Python 3.10
@@ -234,14 +281,20 @@ def parse_toml(text: str, path: str | Path, *, error: type[AdvisorError] = Advis
     try:
         value = tomllib.loads(text)
     except tomllib.TOMLDecodeError as failure:
+        message = _one_line(failure)
+        at = _TOML_AT.search(message)
         raise error(
-            f"{path} is not valid TOML: {failure}", hint="fix the syntax; tomllib must read it"
+            f"not valid TOML: {message}",
+            hint="fix the syntax; tomllib must read it",
+            location=f"{path}:{at.group(1)}" if at else str(path),
         ) from None
     except RecursionError:
         raise _too_deep(path, "TOML", error) from None
     except (ValueError, MemoryError) as failure:
-        raise error(f"{path} is not valid TOML: {failure}", hint="fix the value") from None
-    return check_nesting(value, path, "TOML", error=error)
+        raise error(
+            f"not valid TOML: {_one_line(failure)}", hint="fix the value", location=str(path)
+        ) from None
+    return check_nesting(value, path, "TOML", error=error, text=text)
 
 
 class YamlTooLarge(Exception):
@@ -362,7 +415,7 @@ def parse_yaml(text: str, path: str | Path, *, error: type[AdvisorError] = Advis
 
     loader = _bounded_loader()(text)
     try:
-        return loader.get_single_data()
+        value = loader.get_single_data()
     except YamlTooLarge as failure:
         raise error(
             f"YAML refused: {failure.reason}",
@@ -370,17 +423,52 @@ def parse_yaml(text: str, path: str | Path, *, error: type[AdvisorError] = Advis
             location=f"{path}:{failure.line}",
         ) from None
     except yaml.YAMLError as failure:
-        raise error(
-            f"{path} is not valid YAML: {failure}", hint="fix the syntax; yaml.safe_load must read it"
-        ) from None
+        raise _yaml_error(failure, text, path, error) from None
     except RecursionError:
         raise _too_deep(path, "YAML", error) from None
     except (ValueError, TypeError, OverflowError, MemoryError) as failure:
         raise error(
-            f"{path} is not valid YAML: {type(failure).__name__}: {failure}", hint="fix the value"
+            f"not valid YAML: {type(failure).__name__}: {_one_line(failure)}",
+            hint="fix the value",
+            location=str(path),
         ) from None
     finally:
         getattr(loader, "dispose", lambda: None)()
+    return check_nesting(value, path, "YAML", error=error, text=text)
+
+
+def _yaml_error(failure: Exception, text: str, path: str | Path, error: type[AdvisorError]) -> AdvisorError:
+    """PyYAML's error on one line: what (its context and problem), the line and column, and a hint; never
+    its block of lines with "<unicode string>" marks."""
+    import yaml as yaml_module
+
+    context, problem = getattr(failure, "context", None), getattr(failure, "problem", None)
+    mark = getattr(failure, "problem_mark", None) or getattr(failure, "context_mark", None)
+    words = "; ".join(_one_line(part) for part in (context, problem) if part)
+    line, where = (mark.line + 1, f" (column {mark.column + 1})") if mark is not None else (None, "")
+    position = getattr(failure, "position", None)
+    if not words:  # a ReaderError: a character YAML refuses, at `position` in the text
+        words = _one_line(getattr(failure, "reason", None) or str(failure).split("\n", 1)[0])
+        character = getattr(failure, "character", None)
+        if isinstance(character, int):
+            words += f": {quote(chr(character))}"
+        if isinstance(position, int) and position >= 0:
+            if getattr(yaml_module, "__with_libyaml__", False):  # libyaml counts bytes of UTF-8
+                position = len(text.encode("utf-8")[:position].decode("utf-8", errors="ignore"))
+            position = min(position, len(text))
+            line = text.count("\n", 0, position) + 1
+            where = f" (column {position - text.rfind(chr(10), 0, position)})"
+    if "unhashable" in words:
+        hint = "a key must be a name or a number: a list or a mapping cannot be a key (`? [a, b]`, `[1]: x`)"
+    elif "nesting depth" in words or "flow level" in words:
+        hint = "a config nests a few levels deep: check that this is the file you meant"
+    else:
+        hint = "fix the syntax; yaml.safe_load must read it"
+    return error(
+        f"not valid YAML: {words}{where}",
+        hint=hint,
+        location=f"{path}:{line}" if line is not None else str(path),
+    )
 
 
 __all__ = [

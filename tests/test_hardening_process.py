@@ -63,11 +63,11 @@ def test_visible_text_is_one_printable_line(text):
 
 
 def _hostile_model(directory: Path) -> str:
-    """A model file in a folder whose name holds a line break and code, with layers named by `HOSTILE` (too
+    """A model file in a folder whose name holds shell and Python code, with layers named by `HOSTILE` (too
     narrow to pay in float8: the advice keeps them in bf16, so every format writes their names) and one
     layer that pays."""
-    folder = directory / "models\nimport os; open('PWNED-path', 'w')\n#"
-    folder.mkdir()
+    folder = directory / "models $(touch PWNED-shell) `touch PWNED-tick`; 'q' \"d\" \"\"\" \\x \\ # [/x]"
+    folder.mkdir(parents=True)  # "[/x]": a folder "... [" holding "x]"
     model = folder / "model.py"
     names = [name.replace(".", "_") for name in HOSTILE if "\x00" not in name]
     model.write_text(
@@ -142,7 +142,9 @@ def test_no_name_from_the_model_or_its_path_gets_code_into_a_generated_file(
     else:
         tree = ast.parse(text)
         assert not [node for node in ast.walk(tree) if isinstance(node, ast.Call) and _calls_open(node)]
-        if fmt != "torchtitan-py":  # it imports torchtitan, an optional extra
+        if fmt == "torchtitan-py":  # it imports torchtitan, an optional extra: its docstring must hold
+            assert "Written from" in ast.get_docstring(tree) and target in ast.get_docstring(tree)
+        else:
             _stub_accelerate(monkeypatch)  # an optional extra too: only the file's own code matters here
             _filter_reads_back_every_name(runpy.run_path(str(output)))
     assert not list(tmp_path.glob("PWNED*"))
@@ -175,6 +177,38 @@ def _calls_open(node: ast.Call) -> bool:
     return isinstance(node.func, ast.Name) and node.func.id == "open"
 
 
+def _check_command_of(text: str) -> str:
+    line = next(line for line in text.splitlines() if "check in CI: " in line)
+    return line.split("check in CI: ", 1)[1].rstrip('",').replace(" --check <this file>", "")
+
+
+def test_the_check_command_names_a_hostile_path_as_one_shell_word(tmp_path, monkeypatch):
+    """The header's check command is pasted into CI scripts: the target must stay one word, run nothing."""
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    target = _hostile_model(tmp_path)
+    output = tmp_path / "fp8.toml"
+    result = runner.invoke(app, ["suggest", target, "--format", "torchtitan-toml", "-o", str(output)])
+    assert result.exit_code == 0, result.output
+    assert shlex.split(_check_command_of(output.read_text()))[2] == target
+
+
+@pytest.mark.parametrize("name", ["a\nb", "a\rb", "a\x1bb", "a\u2028b", "a\x85b"])
+def test_a_target_a_comment_cannot_hold_is_refused_before_anything_is_written(tmp_path, monkeypatch, name):
+    """Guard: `emit.header.header_lines` refuses a check command with a control character (it would be
+    written escaped, and so name another file: `--check` in CI would check something else)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "m.py").write_text(
+        "from torch import nn\n\ndef build():\n    return nn.Sequential(nn.Linear(4096, 4096))\n"
+    )
+    for fmt, output in (("torchtitan-toml", "fp8.toml"), ("torchao", "fp8.py"), ("filter", "f.json")):
+        result = runner.invoke(app, ["suggest", f"{name}/m.py:build", "--format", fmt, "-o", output])
+        assert result.exit_code == 2, result.output
+        assert "cannot write the check command" in result.output and not (tmp_path / output).exists()
+
+
 def test_names_with_markup_and_escapes_are_shown_as_they_are(tmp_path, monkeypatch):
     """Guards: `cli.terminal.safe_console` (no markup, the render hook). `[/x]` used to be a MarkupError
     traceback, `w[red]` was shown as `w`, and an escape sequence reached the terminal."""
@@ -184,9 +218,25 @@ def test_names_with_markup_and_escapes_are_shown_as_they_are(tmp_path, monkeypat
         result = runner.invoke(app, command, color=True)
         assert result.exit_code == 0, result.output
         assert "\x1b" not in result.output and "\u202e" not in result.output
+        assert not [line for line in result.output.splitlines() if line.lstrip().startswith("import os")]
         if command[0] == "layers":
             assert "\\x1b[31mred\\x1b[0m" in result.output and "\\x85y\\x0bz" in result.output
             assert "w[red]x[/]y[/x][bold]" in result.output
+
+
+@pytest.mark.parametrize("folder", ["[/x]", "[/]", "w[red]", "[bold]x[/bold]"])
+def test_a_model_path_with_markup_is_shown_as_it_is_by_every_command(tmp_path, monkeypatch, folder):
+    """Guard: `cli.terminal._SafeConsole.status` (a spinner parsed its text as markup: `[/x]` in the model's
+    path was a MarkupError, exit 70)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / folder).mkdir(parents=True)  # "[/x]": a folder "[" holding "x]"
+    (tmp_path / folder / "m.py").write_text(
+        "from torch import nn\n\ndef build():\n    return nn.Sequential(nn.Linear(4096, 4096))\n"
+    )
+    for command in (["layers"], ["suggest"], ["suggest", "--format", "torchao"]):
+        result = runner.invoke(app, [command[0], f"{folder}/m.py:build", *command[1:]])
+        assert result.exit_code == 0, result.output
+    assert f"{folder}/m.py:build" in result.output  # the header's model line, as typed
 
 
 def test_text_built_by_hand_is_shown_with_its_escapes_and_our_styles_stay():
@@ -229,6 +279,13 @@ def _run(arguments: list[str], cwd: Path, timeout: float = 240) -> subprocess.Co
 ENDINGS = {
     "os._exit(0) at exit": "import atexit, os\natexit.register(lambda: os._exit(0))\n",
     "sys.exit(0) at exit": "import atexit, sys\natexit.register(lambda: sys.exit(0))\n",
+    "sys.exit replaced": "import os, sys\nsys.exit = lambda *args: os._exit(0)\n",
+    "os._exit kept for later": "import atexit, os\nend = os._exit\natexit.register(lambda: end(0))\n",
+    "posix._exit(0) at exit": "import atexit, posix\natexit.register(lambda: posix._exit(0))\n",
+    "a thread that calls posix._exit(0)": "import posix, threading, time\n"
+    "threading.Thread(target=lambda: (time.sleep(0.5), posix._exit(0)), daemon=True).start()\n",
+    "posix._exit(0) in a destructor": "import posix\nfrom torch import nn\n"
+    "nn.Sequential.__del__ = lambda self: posix._exit(0)\n",
     "a thread that never ends": "import threading, time\n"
     "threading.Thread(target=lambda: time.sleep(3600)).start()\n",
 }
@@ -456,3 +513,113 @@ def test_a_grid_too_large_to_measure_is_refused_before_any_point_is_built(tmp_pa
     assert result.exit_code == 2, result.output
     assert result.output.startswith("error: ") and "Traceback" not in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_an_error_raised_while_a_ctrl_c_unwound_is_still_an_interrupt(monkeypatch):
+    """Guard: `cli.application._after_ctrl_c`. Ctrl-C during an import left a half-initialised module, and the
+    next name looked up in it failed (AttributeError): that was exit 70, "a bug"; it is exit 130."""
+
+    def import_cut_short(*args, **kwargs):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise AttributeError("partially initialized module 'sympy' has no attribute 'core'") from None
+
+    monkeypatch.setattr("fp8advisor.inspect.layers.inspect_model", import_cut_short)
+    result = runner.invoke(app, ["layers", "data/models/llama3.py:llama3_8b"])
+    assert result.exit_code == 130 and result.output.strip() == "error: interrupted (Ctrl-C)"
+
+
+@pytest.mark.parametrize(
+    ("head", "ok"),
+    [
+        (b"# -*- coding: latin-1 -*-\n# caf\xe9\n", True),
+        (b"# vim: set fileencoding=cp1252 :\n# \x93quoted\x94\n", True),
+        (b"\xef\xbb\xbf# caf\xc3\xa9\n", True),
+        (b"# -*- coding: klingon -*-\n", False),
+        (b"# caf\xe9 without a declaration\n", False),
+    ],
+)
+def test_a_model_file_is_read_in_the_encoding_python_reads_it_in(tmp_path, head, ok):
+    """Class 10: guard `inspect.target._python_source` (PEP 263: a coding declaration, else UTF-8 with or
+    without a BOM). Before, a valid latin-1 file with its declaration was refused as not UTF-8."""
+    model = tmp_path / "m.py"
+    model.write_bytes(
+        head + b"from torch import nn\n\ndef build():\n    return nn.Sequential(nn.Linear(64, 64))\n"
+    )
+    result = runner.invoke(app, ["layers", f"{model}:build"])
+    assert result.exit_code == (0 if ok else 2), result.output
+    if not ok:
+        assert result.output.startswith(f"error: {model}") and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("fmt", ["filter", "torchtitan-toml", "nemo-automodel", "torchao", "accelerate"])
+def test_a_file_written_under_any_name_is_read_back_as_its_format(tmp_path, monkeypatch, fmt):
+    """Class 9: `suggest --format filter -o f.txt` wrote a file `verify` refused ("unsupported config file
+    type .txt"). Guard: `frameworks.reader.detect_framework` falls back on the header's --format."""
+    from fp8advisor.frameworks.reader import read_config
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").symlink_to(Path(__file__).resolve().parents[1] / "data")
+    output = tmp_path / f"written-by-{fmt}.txt"
+    result = runner.invoke(
+        app, ["suggest", "data/models/llama3.py:llama3_8b", "--format", fmt, "-o", str(output)]
+    )
+    assert result.exit_code == 0, result.output
+    assert read_config(output).framework.value == fmt
+
+
+def test_a_ctrl_c_swallowed_after_the_last_safe_point_is_raised_on_leaving(capfd):
+    """Guard: the `check()` on leaving `interrupts.interrupts_kept` (a Ctrl-C swallowed while the sweep
+    released its last shape would otherwise be lost, and the sweep exit 0)."""
+    from fp8advisor.interrupts import interrupts_kept
+
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts_kept():
+            _SwallowsCtrlC()  # dropped at once: the interrupt lands in __del__ and is swallowed there
+    assert "KeyboardInterrupt" not in capfd.readouterr().err
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with interrupts_kept():
+        pass  # and the next sweep starts clean
+
+
+def test_a_chdir_at_any_time_cannot_redirect_a_relative_output(tmp_path, monkeypatch):
+    """Guard: `files.command_scope` / `files.absolute` (every read and write of a command resolves a
+    relative path against the directory it started in). A model's `__del__` runs whenever the model is
+    freed, outside `running_user_code`: before, its `os.chdir` made `-o fp8.toml` replace a hand-written
+    file."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    theirs = elsewhere / "fp8.toml"
+    theirs.write_text("[training]\nsteps = 10\n")
+    model = tmp_path / "model.py"
+    model.write_text(
+        "import os\nfrom torch import nn\n\nclass Model(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.a = nn.Linear(8192, 8192)\n\n"
+        f"    def __del__(self):\n        os.chdir({str(elsewhere)!r})\n\n"
+        "    def forward(self, x):\n        return self.a(x)\n\n\ndef build():\n    return Model()\n"
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    arguments = ["suggest", f"{model}:build", "--format", "torchtitan-toml"]
+    result = runner.invoke(app, [*arguments, "-o", "fp8.toml"])
+    assert result.exit_code == 0, result.output
+    assert theirs.read_text() == "[training]\nsteps = 10\n"
+    assert (work / "fp8.toml").read_text().startswith("# Generated by fp8advisor")
+    monkeypatch.chdir(work)
+    checked = runner.invoke(app, [*arguments, "--check", "fp8.toml"])
+    assert checked.exit_code == 0, checked.output  # and --check reads the file it wrote
+
+
+def test_an_exit_handler_that_never_returns_is_stopped():
+    """Guard: `cli.application._each_call_bounded` (the timer around the atexit handlers)."""
+    import time
+
+    from fp8advisor.cli.application import _each_call_bounded, _ExitHandlerTimeout
+
+    started = time.monotonic()
+    with pytest.raises(_ExitHandlerTimeout), _each_call_bounded(0.2):
+        time.sleep(30)
+    assert time.monotonic() - started < 5
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)

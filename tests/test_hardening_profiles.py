@@ -4,12 +4,15 @@ bad file the user names an error, what is written readable again, every JSON doc
 
 One test per class of defect, each trying several members of its class:
 
-- class 5, one bad file breaks everything: bad in-context results or profiles in the profile directory;
+- class 5, one bad file breaks everything: bad in-context results or profiles in the profile directory, a bad
+  run file beside good ones in a results directory `fit` reads;
 - class 1, untrusted text: control characters and path separators in a profile's string fields;
 - class 8, odd values: every field of a profile and of an in-context record replaced by a value of another
   type or out of range;
 - class 9, outputs that look successful and are not: `fit` from absurd rows, JSON with non-finite figures;
-- class 10, `fit --name` outside the profile directory.
+- class 10, `fit --name` outside the profile directory;
+- names: what `fit` writes is a plain name, what is read (a profile's `name`, `--profile NAME`) any safe name,
+  so that profiles named by older versions (`my h100 (table)`) are read, picked and checked again.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
+import shlex
 from pathlib import Path
 
 import pytest
@@ -31,7 +36,7 @@ from fp8advisor.measure.run_writer import RunWriter, make_header
 from fp8advisor.paths import PROFILES_DIR
 from fp8advisor.predict.fit import fit_profile
 from fp8advisor.predict.profile import Profile, dumps_profile
-from fp8advisor.predict.profile_files import PROFILE_DIR_ENV, load_profile
+from fp8advisor.predict.profile_files import PROFILE_DIR_ENV, load_profile, profiles_in
 from fp8advisor.predict.selection import select_profile
 from fp8advisor.predict.speedup import predict_speedup
 
@@ -149,21 +154,27 @@ FORGED_CHOICES = {
 
 
 @pytest.mark.parametrize("case", list(FORGED_CHOICES))
-def test_a_forged_in_context_file_is_passed_over_when_found_and_refused_when_named(tmp_path, case):
+@pytest.mark.parametrize("automatic", [True, False], ids=["found", "named with --measured"])
+def test_a_forged_in_context_file_is_passed_over_and_named_in_a_directory_found_or_named(
+    tmp_path, case, automatic
+):
     changes = FORGED_CHOICES[case]
     directory = tmp_path / "in-context"
     good = _in_context_run(directory)
     bad = _in_context_run(directory, **changes)
     assert good.name < bad.name  # the forged run is the later one: it would win
-    # found on its own (the profile directory's in-context/): the good run decides, the forged one is named
+    # the profile directory's in-context/, or a directory named with --measured: the good run decides, the
+    # forged file (or line) is named once, for the CLI to warn of
     passed_over: list[str] = []
-    found = _find(directory, automatic=True, passed_over=passed_over)
+    found = _find(directory, automatic=automatic, passed_over=passed_over)
     assert found is not None and found.choices[0].float8 == frozenset({"wo"})
     assert len(passed_over) == 1 and str(bad) in passed_over[0], passed_over
-    # named with --measured: an error naming the file
-    with pytest.raises(ResultsError) as refused:
-        _find(directory, automatic=False)
-    assert str(bad) in str(refused.value) and refused.value.hint
+    # a --measured directory left with nothing usable is one error saying what it holds
+    if not automatic:
+        good.unlink()
+        with pytest.raises(ResultsError) as refused:
+            _find(directory, automatic=False, passed_over=[])
+        assert str(directory) in refused.value.message and refused.value.hint
 
 
 def test_plain_suggest_survives_bad_files_in_the_profile_directory_and_says_so_once(tmp_path, user_dir):
@@ -193,18 +204,65 @@ def test_plain_suggest_survives_bad_files_in_the_profile_directory_and_says_so_o
     assert result.exit_code == 2 and "device.family" in result.stderr and result.stdout == ""
 
 
+BAD_RUN_FILES = {
+    # what a results directory may hold beside good runs, under a run file's name
+    "binary": lambda path: path.write_bytes(bytes(range(256))),
+    "empty": lambda path: path.write_bytes(b""),
+    "a JSON list": lambda path: path.write_bytes(b"[1, 2, 3]\n"),
+    "device a number": lambda path: path.write_bytes(
+        b'{"kind": "run", "schema": "fp8advisor.results/1", "run_id": "x", "device": 5}\n'
+    ),
+    "torn in its header": lambda path: path.write_bytes(H100_RUN.read_bytes()[:100]),
+    "another tool's JSON Lines": lambda path: path.write_bytes(b'{"event": "start"}\n{"event": "stop"}\n'),
+    "a directory": lambda path: path.mkdir(),
+    "a pipe": lambda path: os.mkfifo(path),
+    "a device": lambda path: path.symlink_to("/dev/null"),
+    "a dangling link": lambda path: path.symlink_to(path.parent / "gone.jsonl"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_RUN_FILES))
+def test_one_bad_file_in_a_results_directory_is_passed_over_by_fit_and_named_once(tmp_path, case):
+    results = tmp_path / "res"
+    results.mkdir()
+    (results / H100_RUN.name).write_bytes(H100_RUN.read_bytes())
+    bad = results / "run-20261122T110000Z-bad00001.jsonl"  # the later run: read after the good one
+    BAD_RUN_FILES[case](bad)
+    # found by scanning the directory: passed over, named in one warning line on stderr; the good run fitted
+    result = runner.invoke(app, ["fit", str(results), "-o", str(tmp_path / "p.json")])
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(warnings) == 1 and warnings[0].startswith("warning: passed over ") and str(bad) in warnings[0]
+    written = json.loads((tmp_path / "p.json").read_text())
+    assert written["source"] == str(results / H100_RUN.name)
+    # the library says the same: `FitReport.passed_over`
+    report = fit_profile([results])
+    assert len(report.passed_over) == 1 and str(bad) in report.passed_over[0]
+    # named by the user: an error naming it (a pipe refused, never waited on), nothing written
+    result = runner.invoke(app, ["fit", str(bad), "-o", str(tmp_path / "q.json")])
+    assert result.exit_code == 2 and str(bad) in result.stderr and "hint:" in result.stderr, result.output
+    assert "Traceback" not in result.output and not (tmp_path / "q.json").exists()
+    # a directory left with no readable run: one error naming what was passed over
+    (results / H100_RUN.name).unlink()
+    result = runner.invoke(app, ["fit", str(results), "-o", str(tmp_path / "q.json")])
+    assert result.exit_code == 2 and "holds no readable results file" in result.stderr, result.output
+    assert str(bad) in result.stderr and not (tmp_path / "q.json").exists()
+
+
 # --- class 1: the text fields of a profile ----------------------------------------------------------------
 
 BAD_TEXTS = {
-    "name": [
+    "name": [  # a name is read when safe (`a b`, `.hidden` are: see OLD_STYLE_NAMES)
         "x\nimport os",
         "x\x1b[31mred",
         "../../etc/x",
         "a/b",
-        "a b",
+        "a\\b",
+        "..",
+        "-x",
         "",
-        ".hidden",
-        "x" * 101,
+        " ",
+        "x" * 256,
         "x\u2028y",
     ],
     "device.name": ["NVIDIA\nH100", "H100\x00", "H100\u202e", "x" * 201],
@@ -322,8 +380,12 @@ def test_any_field_of_an_in_context_record_of_another_type_is_passed_over_never_
             pytest.fail(f"{value!r}: {error}")
         for problem in passed_over:
             assert problem.isprintable(), problem
-        with pytest.raises(ResultsError):
-            _find(directory, automatic=False)
+        named: list[str] = []
+        try:  # named with --measured: the same records passed over, or one error if none is left
+            _find(directory, automatic=False, passed_over=named)
+        except ResultsError:
+            pass
+        assert named == passed_over, value
 
 
 # --- class 9: what is written reads back; what is printed is JSON ----------------------------------------
@@ -426,12 +488,30 @@ def test_the_profile_writer_reads_back_what_it_writes():
 
 
 @pytest.mark.parametrize(
-    "name", ["../../escaped", "../escaped", "sub/escaped", "..", ".hidden", "a b", "x\ny", "", "x" * 101]
+    "name",
+    [
+        "../../escaped",
+        "../escaped",
+        "sub/escaped",
+        "..",
+        ".hidden",
+        "a b",
+        "x\ny",
+        "",
+        "x" * 101,
+        # names a profile may be READ with (an older fit wrote them), but fit no longer writes
+        "my h100",
+        "my h100 (table)",
+        "h100-müller",
+        "team@lab#2",
+        "-x",
+    ],
 )
 def test_fit_name_is_a_plain_name(tmp_path, user_dir, name):
     result = runner.invoke(app, ["fit", str(H100_RUN), "--name", name])
     assert result.exit_code == 2, result.output
     assert "--name" in result.stderr and "plain name" in result.stderr
+    assert "hint: name a profile with letters, digits and . _ + -" in result.stderr  # what is allowed
     assert not user_dir.exists() or list(user_dir.iterdir()) == []
     # the profile directory is tmp_path/profiles: ../escaped and ../../escaped would land here
     assert not (tmp_path / "escaped.json").exists() and not (tmp_path.parent / "escaped.json").exists()
@@ -455,3 +535,110 @@ def test_writing_a_results_header_that_would_not_read_back_is_refused(tmp_path):
     with RunWriter.create(tmp_path, header) as writer:
         writer.append({"kind": "point", "x": math.nan})
     assert read_run(writer.path).header["device"]["name"] == "cpu"
+
+
+@pytest.mark.parametrize("created", ["2026 11 01", "2026(11)", "2026-11-01,x"])
+def test_fit_writes_a_default_name_only_when_it_is_plain(tmp_path, user_dir, created):
+    # the default name is made from the device and --created: it reads back (a safe name), but fit writes
+    # plain names only
+    result = runner.invoke(app, ["fit", str(H100_RUN), "--created", created])
+    assert result.exit_code == 2, result.output
+    assert "not a plain name" in result.stderr and "--created" in result.stderr and "--name" in result.stderr
+    assert not user_dir.exists() or list(user_dir.iterdir()) == []
+
+
+# --- names: read any safe name, write plain names -----------------------------------------------------------
+
+LLAMA = Path(__file__).resolve().parents[1] / "data" / "models" / "llama3.py"
+#: Names an older `fit --name` wrote (its file `<name>.json`): each is read, picked and checked again.
+OLD_STYLE_NAMES = [
+    "my h100 (table)",
+    "h100 müller 日本",
+    "team@lab #2",
+    "a, b",
+    'bob\'s h100 "x"',
+    ".hidden",
+    "x" * 200,
+]
+#: Names no profile may be read with: a path, a line break, a control character, an option, blank, too long.
+UNSAFE_NAMES = [
+    "a/b",
+    "../x",
+    "..",
+    ".",
+    "a\\b",
+    "x\ny",
+    "x\ry",
+    "x\x1b[2Jy",
+    "x\x00y",
+    "x\u2028y",
+    "x\u202ey",
+    "-x",
+    "--format",
+    "",
+    "   ",
+    "x" * 256,
+]
+
+
+@pytest.mark.parametrize("name", OLD_STYLE_NAMES)
+def test_a_profile_named_by_an_older_fit_is_read_picked_and_checked(tmp_path, user_dir, monkeypatch, name):
+    _write(user_dir / f"{name}.json", _profile(name=name))
+    assert load_profile(name).name == name  # --profile NAME, a lookup in the profile directory
+    # picked automatically for its GPU, no file passed over
+    model = _write(tmp_path / "tiny.py", TINY_MODEL)
+    result = runner.invoke(app, ["suggest", f"{model}:build", "--gpu", "H200", "--json"])
+    assert result.exit_code == 0, result.output
+    assert _strict_json(result.stdout)["profile"] == name and "passed over" not in result.stderr
+    # named with --profile: the header names it, its check command quotes it, and that command checks
+    monkeypatch.chdir(tmp_path)
+    target = f"{LLAMA}:llama3_8b"
+    args = ["suggest", target, "--profile", name, "--format", "torchtitan-toml"]
+    result = runner.invoke(app, [*args, "-o", "x.toml"])
+    assert result.exit_code == 0, result.output
+    header = (tmp_path / "x.toml").read_text().splitlines()[:6]
+    assert any(f"profile: {name} (measured)" in line for line in header), header
+    (check,) = [line.removeprefix("# check in CI: ") for line in header if line.startswith("# check in CI:")]
+    assert f"--profile {shlex.quote(name)} " in check
+    words = shlex.split(check.replace("<this file>", "x.toml"))
+    assert words[:2] == ["fp8advisor", "suggest"] and words[words.index("--profile") + 1] == name
+    result = runner.invoke(app, words[1:])  # the header's own check command
+    assert result.exit_code == 0, result.output
+    assert "up to date" in result.output
+    result = runner.invoke(app, [*args, "--check", "x.toml"])
+    assert result.exit_code == 0 and "up to date" in result.output, result.output
+
+
+@pytest.mark.parametrize("name", UNSAFE_NAMES)
+def test_an_unsafe_profile_name_is_refused_on_reading_and_by_profile(tmp_path, user_dir, name):
+    # the name field: refused by the reader, passed over and named in a scan
+    with pytest.raises(ProfileError, match="malformed profile: name") as refused:
+        Profile.from_json(_profile(name=name))
+    assert "\n" not in refused.value.message and "\x1b" not in refused.value.message
+    _write(user_dir / "evil.json", _profile(name=name))
+    passed_over: list[str] = []
+    assert profiles_in(user_dir, passed_over) == []
+    assert len(passed_over) == 1 and "evil.json" in passed_over[0] and "name" in passed_over[0]
+    # --profile NAME: refused, even where <name>.json is a good profile in the profile directory
+    try:
+        _write(user_dir / f"{name}.json", _profile())
+    except (OSError, ValueError):
+        pass  # not a file name at all (NUL, a path that is a directory, too long)
+    model = _write(tmp_path / "tiny.py", TINY_MODEL)
+    result = runner.invoke(app, ["suggest", f"{model}:build", "--profile", name, "--json"])
+    assert result.exit_code == 2, result.output
+    # a name, or a path (`..`: a directory, refused as such)
+    assert "error: no profile" in result.stderr or "is a directory, not a file" in result.stderr
+    assert "Traceback" not in result.output and "\x1b" not in result.stderr
+    with pytest.raises(ProfileError):
+        load_profile(name)
+
+
+def test_a_safe_name_too_long_for_a_file_is_not_found_not_a_crash(tmp_path, user_dir):
+    user_dir.mkdir()
+    for name in ("x" * 255, "日" * 100):  # 259 and 305 bytes with .json: no file can have that name
+        with pytest.raises(ProfileError, match="no profile named"):
+            load_profile(name)
+        model = _write(tmp_path / "tiny.py", TINY_MODEL)
+        result = runner.invoke(app, ["suggest", f"{model}:build", "--profile", name])
+        assert result.exit_code == 2 and "no profile named" in result.stderr, result.output

@@ -5,11 +5,12 @@ One test per class of defect, each trying several members of the class:
 
 - unbounded work from a small input (class 6): YAML alias bombs and deep nesting, refused at once; pipes and
   devices given as a config, a model, a Hugging Face config or a CSV table, refused, never waited on;
-- tracebacks from odd but legal values (class 8): a value of the wrong type anywhere in a config, a YAML key
-  that is not a name, a document nested thousands deep, a CSV table that is binary or has broken rows;
+- tracebacks from odd but legal values (class 8): a value of the wrong type anywhere in a config (a string
+  where the framework reads a list included), a YAML key that is not a name, a document nested thousands
+  deep, a CSV table that is binary or has broken rows; a YAML syntax error as one line with its line number;
 - small but real (class 10): UTF-8 byte-order marks on models, configs, CSV tables and Hugging Face configs;
-  a NUL byte located by its line; a Hugging Face config that needs its repository's code refused without
-  transformers ever prompting.
+  a NUL byte located by its line, raw or written as an escape; a Hugging Face config that needs its
+  repository's code refused without transformers ever prompting.
 """
 
 from __future__ import annotations
@@ -304,6 +305,58 @@ WRONG_TYPES = [
     ("titan.py", TITAN_PY.replace('recipe_name="rowwise"', "recipe_name=5"), "recipe_name must be a string"),
 ]
 
+#: A string where torchtitan reads a list (issue 25: `converters = "quantize.linear.float8"` passed verify;
+#: torchtitan iterates a string's characters), a date or a string where it reads a name or a switch: every key
+#: the torchtitan and NeMo readers read, refused naming its key path.
+WRONG_TYPES += [
+    (
+        "job.toml",
+        TOML.replace('converters = ["quantize.linear.float8"]', 'converters = "quantize.linear.float8"'),
+        "[model] converters must be a list of strings, not a string",
+    ),
+    (
+        "job.toml",
+        TOML.replace('filter_fqns = ["output"]', 'filter_fqns = "output"'),
+        "[quantize.linear.float8] filter_fqns must be a list of strings, not a string",
+    ),
+    (
+        "job.toml",
+        TOML.replace('components = ["model", "loss"]', 'components = "model"'),
+        "[compile] components must be a list of strings, not a string",
+    ),
+    (
+        "job.toml",
+        TOML.replace('"quantize.linear.float8"]', '"quantize.linear.float8", "quantize.grouped_mm.float8"]')
+        + '\n[quantize.grouped_mm.float8]\nfqns = "experts"\n',
+        "[quantize.grouped_mm.float8] fqns must be a list of strings",
+    ),
+    ("job.toml", TOML.replace('recipe_name = "rowwise"', "recipe_name = 1979-05-27"), "not a date"),
+    (
+        "job.toml",
+        TOML.replace(
+            'filter_fqns = ["output"]', 'filter_fqns = ["output"]\nenable_fsdp_float8_all_gather = 1'
+        ),
+        "[quantize.linear.float8] enable_fsdp_float8_all_gather must be true or false",
+    ),
+    ("recipe.yaml", NEMO.replace("filter_fqns: [lm_head]", "filter_fqns: [1, 2]"), "fp8.filter_fqns"),
+    ("recipe.yaml", NEMO.replace("filter_fqns:", 'emulate: "false"\n  filter_fqns:'), "fp8.emulate must be"),
+    (
+        "recipe.yaml",
+        NEMO.replace("filter_fqns:", "enable_fsdp_float8_all_gather: 1\n  filter_fqns:"),
+        "fp8.enable_fsdp_float8_all_gather must be true or false",
+    ),
+    (
+        "titan.py",
+        TITAN_PY.replace('filter_fqns=["output"]', 'filter_fqns="output"'),
+        "filter_fqns=...) must be a list of strings, not a string",
+    ),
+    (
+        "titan.py",
+        TITAN_PY.replace("model_compile_enabled=True", "model_compile_enabled=1"),
+        "model_compile_enabled=...) must be true or false",
+    ),
+]
+
 
 @pytest.mark.parametrize(("name", "text", "key"), WRONG_TYPES)
 def test_a_value_of_the_wrong_type_is_one_error_naming_its_key(tmp_path, name, text, key):
@@ -489,6 +542,92 @@ def test_a_nul_byte_is_located_by_its_line(tmp_path, name, content, read, error,
     assert "None" not in str(caught.value)
 
 
+#: (file, text, the line it names): a NUL character written as an escape, in a string, in a key, in a table
+#: name, in every config format with escapes (issue 25: a TOML filter entry "spa\\u0000re" gave a verify FAIL,
+#: exit 1: the raw byte was refused, the escape read).
+NUL_ESCAPES = [
+    ("job.toml", TOML.replace('["output"]', '["out\\u0000put"]'), 6),
+    ("job.toml", TOML.replace('["output"]', '["out\\U00000000put"]'), 6),
+    ("job.toml", TOML.replace("recipe_name =", '"recipe\\u0000name" = "x"\nrecipe_name ='), 5),
+    ("job.toml", TOML.replace("[compile]", '["comp\\u0000ile"]'), 8),
+    ("recipe.yaml", NEMO.replace("[lm_head]", '["lm\\0head"]'), 4),
+    ("recipe.yaml", NEMO.replace("[lm_head]", '["lm\\x00head"]'), 4),
+    ("recipe.yaml", NEMO.replace("recipe_name:", '"recipe\\u0000name": x\n  recipe_name:'), 3),
+    ("filter.json", '{"filter_fqns": ["a", "b\\u0000"]}', 1),
+    ("filter.yaml", '- a\n- "b\\0"\n', 2),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "line"), NUL_ESCAPES, ids=lambda v: str(v)[:30])
+def test_a_nul_written_as_an_escape_is_refused_as_the_raw_byte_is(tmp_path, name, text, line):
+    """Guard: `reading.check_nesting` (every parsed key and value of a JSON, TOML or YAML document) refuses a
+    string holding NUL, located at the escape's line: `decode_text` refused only the raw byte."""
+    path = write(tmp_path, name, text)
+    with pytest.raises(ConfigError) as caught:
+        read_config(path, recipe="rowwise")
+    assert "NUL character" in caught.value.message, caught.value.message
+    assert caught.value.location == f"{path}:{line}"
+    assert "\n" not in caught.value.message and "\x00" not in str(caught.value)
+
+
+def test_verify_refuses_a_toml_config_with_a_nul_escape(tmp_path):
+    """The issue's instance through the CLI: exit 2 (a refusal), not exit 1 (a FAIL naming the entry)."""
+    from typer.testing import CliRunner
+
+    from fp8advisor.cli import app
+
+    model = write_model(tmp_path, "import torch\n\ndef build_model():\n    return torch.nn.Linear(64, 64)\n")
+    config = write(tmp_path, "c.toml", TOML.replace('["output"]', '["spa\\u0000re"]'))
+    result = CliRunner().invoke(app, ["verify", str(model), "--config", str(config), "--seq", "64"])
+    assert result.exit_code == 2, result.output
+    assert "c.toml:6: TOML holds a string with a NUL character" in " ".join(result.output.split())
+
+
+#: Syntax PyYAML refuses, with the line each error must name: nesting past libyaml's own limit, keys that
+#: are lists or mappings (unhashable), a control character, an unclosed flow, an unknown escape, an alias of
+#: nothing, two documents.
+YAML_ERRORS = [
+    ("fp8: " + "[" * 3000 + "]" * 3000 + "\n", 1, "nests a few levels deep"),
+    ("compile:\n  enabled: true\nfp8:\n  ? [a, b]\n  : 1\n  enabled: true\n", 4, "cannot be a key"),
+    ("fp8:\n  enabled: true\n  ? {a: 1}\n  : x\n", 3, "cannot be a key"),
+    ("fp8:\n  [1]: x\n", 2, "cannot be a key"),
+    ("fp8:\n  enabled: true\n  recipe_name: a\x01b\n", 3, "safe_load"),
+    ("fp8:\n  filter_fqns: [a, b\n", 3, "safe_load"),
+    ('fp8:\n  recipe_name: "\\q"\n', 2, "safe_load"),
+    ("fp8:\n  recipe_name: *nothing\n", 2, "safe_load"),
+    ("fp8: {}\n---\nfp8: {}\n", 2, "safe_load"),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "hint"), YAML_ERRORS, ids=lambda v: repr(v)[:24])
+def test_a_yaml_syntax_error_is_one_line_with_its_line(tmp_path, text, line, hint):
+    """Guard: `reading._yaml_error` (PyYAML's message is a block of lines with "<unicode string>" marks; the
+    CLI printed it under `error:`). Now: what, the column, the file and line in the location, a hint."""
+    path = write(tmp_path, "recipe.yaml", text)
+    with pytest.raises(ConfigError) as caught:
+        read_config(path)
+    error = caught.value
+    assert error.message.startswith("not valid YAML: ") and "\n" not in error.message, error.message
+    assert "unicode string" not in str(error) and "  in " not in str(error)
+    assert error.location == f"{path}:{line}", (error.location, error.message)
+    assert hint in error.hint and "\n" not in error.hint
+    assert str(error).count("\n") == 1  # the message line, then the hint
+
+
+def test_every_parser_message_is_one_line():
+    """The same for JSON and TOML, whose messages are one line already: the line in the location."""
+    for parse, text, line in (
+        (parse_json, '{"a": 1,\n}', 2),
+        (parse_toml, "a = 1\na = 2\n", 2),
+        (parse_toml, "[model\nconverters = 1", 1),
+        (parse_yaml, "a: [\n", 2),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            parse(text, "f.cfg", error=ConfigError)
+        assert "\n" not in caught.value.message, caught.value.message
+        assert caught.value.location == f"f.cfg:{line}", caught.value.location
+
+
 REMOTE_CODE = {
     "AutoConfig": {"AutoConfig": "configuration_mine.MyConfig", "AutoModel": "modeling_mine.MyModel"},
     "AutoModelForCausalLM only": {"AutoModelForCausalLM": "modeling_mine.MyModelForCausalLM"},
@@ -519,3 +658,81 @@ def test_a_config_that_needs_remote_code_is_refused_without_a_prompt(
     known = {**config, "auto_map": REMOTE_CODE[auto_map]}
     write(tmp_path, "config.json", json.dumps(known))
     assert type(load_model(str(tmp_path / "config.json")).model).__name__ == "LlamaForCausalLM"
+
+
+# --- class 6: a Hugging Face config's sizes are bounded before transformers builds anything ---------------
+
+ABSURD_SIZES = {
+    # what the config says (merged into the tiny Llama's), the key and the words the error says
+    "a billion layers": ({"num_hidden_layers": 10**9}, "num_hidden_layers", "at most 4,096 layers"),
+    "1e9 layers, a float": ({"num_hidden_layers": 1e9}, "num_hidden_layers", "not a whole number"),
+    "no layer": ({"num_hidden_layers": 0}, "num_hidden_layers", "not a positive number"),
+    "layers as text": ({"num_hidden_layers": "32"}, "num_hidden_layers", "not a whole number"),
+    "layers true": ({"num_hidden_layers": True}, "num_hidden_layers", "not a whole number"),
+    "a trillion wide": ({"hidden_size": 10**12}, "hidden_size", "at most 1,048,576 for a width"),
+    "a huge FFN": ({"intermediate_size": 2**21}, "intermediate_size", "at most 1,048,576"),
+    "a huge FFN in a per-layer list": ({"intermediate_size": [1408, 10**9]}, "intermediate_size", "at most"),
+    "a huge vocabulary": ({"vocab_size": 10**9}, "vocab_size", "at most 1,048,576"),
+    "negative heads of keys": ({"num_key_value_heads": -4}, "num_key_value_heads", "negative"),
+    "a million experts": ({"num_local_experts": 10**6}, "num_local_experts", "at most 65,536 experts"),
+    "layers of a sub-config": (
+        {"text_config": {"num_hidden_layers": 10**9}},
+        "text_config.num_hidden_layers",
+        "at most 4,096",
+    ),
+    "a width of a per-layer sub-config": (
+        {"block_configs": [{"ffn": {"intermediate_size": 10**9}}]},
+        "block_configs[0].ffn.intermediate_size",
+        "at most 1,048,576",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ABSURD_SIZES))
+def test_a_hugging_face_config_with_sizes_no_model_has_is_refused_before_transformers_reads_it(
+    tmp_path, monkeypatch, case, no_hang
+):
+    transformers = pytest.importorskip("transformers")
+    from fp8advisor.inspect.target import load_model
+
+    def built(*args, **kwargs):
+        raise AssertionError("transformers was given a config with absurd sizes")
+
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", built)
+    changes, key, words = ABSURD_SIZES[case]
+    config = {**json.loads((MODELS_DIR / "tiny_llama_hf" / "config.json").read_text()), **changes}
+    path = write(tmp_path, "config.json", json.dumps(config))
+    started = time.monotonic()
+    with pytest.raises(TargetError) as caught:
+        load_model(str(path))
+    assert time.monotonic() - started < 5
+    message = caught.value.message
+    assert f" {key} is " in message and words in message, message
+    assert str(path) in message and key in caught.value.hint
+    # the same values given as overrides on the target (config.json:(key=value)) are refused the same way
+    if "." not in key and not isinstance(changes[key], str | bool):
+        write(tmp_path, "config.json", (MODELS_DIR / "tiny_llama_hf" / "config.json").read_bytes())
+        with pytest.raises(TargetError) as caught:
+            load_model(f"{path}:({key}={changes[key]!r})")
+        assert f" {key} is " in caught.value.message and words in caught.value.message
+
+
+def test_the_size_bounds_admit_every_real_config_shape():
+    from fp8advisor.inspect.hf import check_config_sizes
+
+    real = {
+        "Llama 3.1 405B": {"num_hidden_layers": 126, "hidden_size": 16384, "intermediate_size": 53248},
+        "DeepSeek V3": {
+            "num_hidden_layers": 61, "n_routed_experts": 256, "n_shared_experts": 1, "q_lora_rank": 1536,
+            "kv_lora_rank": 512, "num_nextn_predict_layers": 1, "moe_intermediate_size": 2048,
+        },
+        "Qwen3-Next": {"num_experts": 512, "num_experts_per_tok": 10, "head_dim": 256},
+        "Gemma 3": {"text_config": {"vocab_size": 262144, "num_hidden_layers": 62}, "vision_config": {}},
+        "unset and zero where real configs have them": {
+            "num_key_value_heads": None, "head_dim": 0, "num_shared_experts": 0, "q_lora_rank": None,
+        },
+        "per-layer lists": {"intermediate_size": [1408, 2816], "num_attention_heads": (1, 2, 5, 8)},
+        "the repository's configs": json.loads((MODELS_DIR / "llama31_8b_hf" / "config.json").read_text()),
+    }  # fmt: skip
+    for name, config in real.items():
+        check_config_sizes(config, name)  # no error

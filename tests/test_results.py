@@ -244,8 +244,8 @@ def test_resume_passes_over_a_file_that_is_not_results_and_names_it(tmp_path):
     problems: list[str] = []
     assert [run.run_id for run in resumable_runs(tmp_path, header("new"), problems)] == ["old"]
     assert problems == [
-        f"{dead}: not read ({dead} is not an fp8advisor results file (line 1 must be a run "
-        f"header with schema {SCHEMA}))"
+        f"{dead}: the file is not an fp8advisor results file (line 1 must be a run "
+        f"header with schema {SCHEMA})"
     ]
 
 

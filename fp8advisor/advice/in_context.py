@@ -4,9 +4,10 @@ compares with what the profile alone would have advised.
 Results belong to a model at a token count (the fingerprint of `fp8advisor.inspect.blocks.model_fingerprint`)
 on a GPU type: `find_in_context` keeps the block choices of runs with this model's fingerprint, measured on a
 GPU of the advice's family, for the recipe advised (the latest run wins per block). Emulated runs are never
-advice. Every record is checked field by field as the file is read (`fp8advisor.measure.results`): in the
-profile directory's in-context/, found on their own, a bad file or line is passed over and named (one bad
-file must not break every `suggest`); in a directory named with --measured it is an error.
+advice. Every record is checked field by field as the file is read (`fp8advisor.measure.results`): a bad
+file or line is passed over and named (one bad file must not break every `suggest`), in the profile
+directory's in-context/ and in a directory named with --measured alike; a --measured directory left with
+nothing usable for this model is an error.
 
 Every instance of a measured block is decided by its block's chosen set, with provenance "measured in
 context"; every other layer falls back to the profile.
@@ -94,29 +95,18 @@ def _timing(wall) -> Timing | None:
 def _runs(directory: Path, automatic: bool, passed_over: list[str] | None) -> list:
     """The in-context runs in `directory`, every record checked (`fp8advisor.measure.results.read_run`).
 
-    Found on their own (`automatic`), a file that cannot be read and a line that cannot be used are passed
-    over and named in `passed_over` (each once); named with --measured, either is an error naming the file
-    and line (a torn last line, left by a kill, is passed over in both cases)."""
+    A file in it that cannot be read and a line that cannot be used are passed over and named in
+    `passed_over` (each once), whether the directory was found on its own (`automatic`) or named with
+    --measured: one bad file never breaks the others. A --measured that is not a directory is an error."""
     from fp8advisor.measure.results import runs_in
 
-    if automatic:
-        found: list[str] = []
-        runs = runs_in(directory, problems=found)
-        found += [problem for run in runs for problem in run.problems]
-    else:
-        if not directory.is_dir():
-            raise ResultsError(
-                f"--measured {directory} is not a directory", hint="give the --out of bench --model"
-            )
-        runs = runs_in(directory)  # a file that cannot be read: ResultsError
-        damaged = [problem for run in runs for problem in run.damaged]
-        if damaged:
-            more = f" (and {len(damaged) - 1} more)" if len(damaged) > 1 else ""
-            raise ResultsError(
-                f"--measured {directory}: a line cannot be used: {damaged[0]}{more}",
-                hint="bench --model writes these files: measure again into a new --out, or remove the line",
-            )
-        found = [run.torn for run in runs if run.torn]
+    if not automatic and not directory.is_dir():
+        raise ResultsError(
+            f"--measured {directory} is not a directory", hint="give the --out of bench --model"
+        )
+    found: list[str] = []
+    runs = runs_in(directory, problems=found)
+    found += [problem for run in runs for problem in run.problems]
     if passed_over is not None:
         passed_over.extend(problem for problem in found if problem not in passed_over)
     return [run for run in runs if run.in_context]
@@ -132,9 +122,9 @@ def find_in_context(
     passed_over: list[str] | None = None,
 ) -> InContext | None:
     """The block choices in `directory` for this model fingerprint, GPU family and recipe; None when there are
-    none. Named with --measured (not `automatic`), a directory with nothing usable, or a file or line in it
-    that cannot be read, is an error saying what it holds; found on their own, such files and lines are
-    named in `passed_over` and skipped (`_runs`). Emulated results are refused either way."""
+    none. Named with --measured (not `automatic`), a directory with nothing usable is an error saying what it
+    holds; a file or line in it that cannot be read is named in `passed_over` and skipped (`_runs`), as in
+    the profile directory's in-context/. Emulated results are refused either way."""
     from fp8advisor.gpus import gpu_family
 
     directory = Path(directory)

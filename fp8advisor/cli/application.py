@@ -13,8 +13,8 @@ import atexit
 import contextlib
 import functools
 import logging
-import os
 import shlex
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -28,6 +28,8 @@ from rich.text import Text
 from fp8advisor import __version__, compat
 from fp8advisor.cli.terminal import safe_console
 from fp8advisor.errors import AdvisorError, describe_error, quote
+from fp8advisor.files import command_scope
+from fp8advisor.process_exit import end_process, exits_disarmed
 
 app = typer.Typer(
     name="fp8advisor",
@@ -111,7 +113,10 @@ def command(*args, **kwargs) -> Callable:
         @functools.wraps(function)
         def wrapper(*f_args, **f_kwargs):
             try:
-                return function(*f_args, **f_kwargs)
+                # Relative paths stay where the user typed them (files.absolute); os._exit from the user's
+                # code, in any thread, cannot end the process (process_exit).
+                with command_scope(), exits_disarmed():
+                    return function(*f_args, **f_kwargs)
             except AdvisorError as error:
                 _fail(error)
             except _REPORTED_BY_CLICK:
@@ -119,6 +124,8 @@ def command(*args, **kwargs) -> Callable:
             except KeyboardInterrupt as error:
                 _fail(Interrupted("interrupted (Ctrl-C)"), cause=error)
             except Exception as error:
+                if _after_ctrl_c(error):  # e.g. an import cut short by Ctrl-C, failing on a later name
+                    _fail(Interrupted("interrupted (Ctrl-C)"), cause=error)
                 _fail(
                     InternalError(
                         f"fp8advisor failed unexpectedly: {describe_error(error)}",
@@ -167,6 +174,18 @@ class InternalError(AdvisorError):
     exit_code = 70
 
 
+def _after_ctrl_c(error: BaseException) -> bool:
+    """True when a KeyboardInterrupt is among the exceptions `error` was raised while handling."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 def _ending(error: BaseException) -> str:
     try:
         arguments = ", ".join(map(quote, error.args))
@@ -182,50 +201,83 @@ def main() -> None:
     try:
         app()
         status = 0
-    except SystemExit as end:
+    except SystemExit as end:  # Click ends with sys.exit (the real one: `running_user_code` restores it)
         status = end.code if isinstance(end.code, int) else (0 if end.code is None else 1)
     _end_process(status)
 
 
 def _end_process(status: int) -> NoReturn:
-    """Run the `atexit` handlers with `os._exit` and `sys.exit` unable to end the process (a handler that
-    tries is named in a warning), flush the output, and exit with `status` (`os._exit`: no handler or thread
-    runs after this)."""
-    real_exit, previous_hook = os._exit, sys.unraisablehook
-    os._exit = _refuse_process_exit
+    """Run the `atexit` handlers with `os._exit` disarmed (`process_exit.exits_disarmed`; `sys.exit` there
+    only raises) and each handler given `EXIT_HANDLER_SECONDS` at most; one that tries to end the process,
+    fails or hangs is named in a warning. Then flush the output and end with `status`
+    (`process_exit.end_process`: no handler or thread runs after this)."""
+    previous_hook = sys.unraisablehook
     sys.unraisablehook = _exit_handler_warning(previous_hook)
+    run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)  # CPython's own, which Python calls at exit
     try:
-        run_exit_handlers = getattr(atexit, "_run_exitfuncs", None)
-        if run_exit_handlers is not None:
-            run_exit_handlers()
+        with exits_disarmed(), _each_call_bounded(EXIT_HANDLER_SECONDS):
+            if run_exit_handlers is not None:
+                run_exit_handlers()
     finally:
-        os._exit, sys.unraisablehook = real_exit, previous_hook
+        sys.unraisablehook = previous_hook
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed pipe (fp8advisor ... | head): nothing left to tell
             stream.flush()
-    real_exit(status)
+    end_process(status)
 
 
-class _ExitRefused(BaseException):
-    """`os._exit` called by an exit handler: raised instead, so that the status stays this tool's."""
+#: The most seconds one `atexit` handler may take: a handler left by the model that never returns must not
+#: keep the process from ending.
+EXIT_HANDLER_SECONDS = 20.0
 
 
-def _refuse_process_exit(status: int) -> NoReturn:
-    raise _ExitRefused(status)
+class _ExitHandlerTimeout(BaseException):
+    """An `atexit` handler ran past `EXIT_HANDLER_SECONDS`: raised in it by a timer, so that the next runs."""
+
+
+@contextlib.contextmanager
+def _each_call_bounded(seconds: float):
+    """A repeating timer that interrupts whatever runs in the main thread every `seconds` (one handler)."""
+    if not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise _ExitHandlerTimeout
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, seconds, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _exit_handler_warning(previous: Callable) -> Callable:
+    """The unraisable hook while the `atexit` handlers run: a handler that tries to end the process, or
+    fails, is one warning line naming it (the whole traceback with --debug), never a traceback of its own."""
+
     def hook(unraisable) -> None:
-        if issubclass(unraisable.exc_type, (_ExitRefused, SystemExit)):
-            how = "os._exit" if issubclass(unraisable.exc_type, _ExitRefused) else "sys.exit"
-            handler = getattr(unraisable.object, "__qualname__", None) or "an exit handler"
-            with contextlib.suppress(Exception):
-                err_console.print(
-                    Text("warning: ", style="yellow")
-                    + Text(f"{handler} (an atexit handler) called {how} at exit: ignored, the status stays")
-                )
+        if state.debug:
+            previous(unraisable)
             return
-        previous(unraisable)
+        handler = getattr(unraisable.object, "__qualname__", None) or "an exit handler"
+        kind = unraisable.exc_type
+        if issubclass(kind, SystemExit):
+            what = "called sys.exit at exit: ignored, the exit status stays"
+        elif issubclass(kind, _ExitHandlerTimeout):
+            what = f"ran past {EXIT_HANDLER_SECONDS:g} s at exit: stopped"
+        elif not issubclass(kind, Exception):  # os._exit, disarmed here or by running_user_code
+            what = "tried to end the process at exit (os._exit): ignored, the exit status stays"
+        else:
+            error = unraisable.exc_value
+            what = f"failed at exit: {describe_error(error) if error is not None else kind.__name__}"
+        with contextlib.suppress(Exception):
+            err_console.print(
+                Text("warning: ", style="yellow") + Text(f"{handler} (an atexit handler) {what}"),
+                soft_wrap=True,
+            )
 
     return hook
 

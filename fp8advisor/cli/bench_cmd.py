@@ -389,13 +389,13 @@ def _run_sweep(sweep: _Sweep, options: _BenchOptions, started: float):
     from fp8advisor.measure.sweep import SweepInterrupted
 
     progress = Progress(
-        TextColumn("{task.description:<12}"),
+        TextColumn("{task.description:<12}", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         TextColumn("eta"),
         TimeRemainingColumn(),
-        TextColumn("{task.fields[point]}", style="dim"),
+        TextColumn("{task.fields[point]}", style="dim", markup=False),
         console=console,
         transient=False,
     )

@@ -79,7 +79,7 @@ def bench_model(
         BarColumn(),
         TextColumn("{task.completed} variants"),
         TimeElapsedColumn(),
-        TextColumn("{task.fields[point]}", style="dim"),
+        TextColumn("{task.fields[point]}", style="dim", markup=False),
         console=console,
     )
     task = progress.add_task("measure", total=None, point="")
@@ -144,8 +144,8 @@ def _print_outcome(summary, out: Path) -> None:
     from fp8advisor.measure.results import unreadable_lines
 
     unreadable = unreadable_lines(summary.unreadable)
-    if unreadable:
-        console.print(Text("warning: ", style="yellow") + Text(unreadable), soft_wrap=True)
+    if unreadable:  # on stderr, as every warning
+        err_console.print(Text("warning: ", style="yellow") + Text(unreadable), soft_wrap=True)
     if summary.passed_over:
         console.print(
             Text("not reused: ", style="bold") + Text(_passed_over(summary.passed_over, out)), soft_wrap=True

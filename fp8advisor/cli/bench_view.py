@@ -12,7 +12,7 @@ from rich.columns import Columns
 from rich.table import Table
 from rich.text import Text
 
-from fp8advisor.cli.application import console, resume_command
+from fp8advisor.cli.application import console, err_console, resume_command
 from fp8advisor.cli.terminal import styled
 
 
@@ -128,8 +128,8 @@ def print_summary(summary, emulate: bool, grouped: bool = False) -> None:
 
     records = summary.records
     unreadable = unreadable_lines(summary.unreadable)
-    if unreadable:
-        console.print(
+    if unreadable:  # on stderr, as every warning
+        err_console.print(
             Text("warning: ", style="yellow") + Text(f"{unreadable}; this run measures their points again"),
             soft_wrap=True,
         )

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from fp8advisor.cli.application import command, console
+from fp8advisor.cli.application import command, console, warn_passed_over
 from fp8advisor.cli.terminal import styled
 from fp8advisor.errors import ResultsError
 
@@ -89,6 +89,7 @@ def fit(
         software=_parse_software(software or []) or None,
         created=created,
     )
+    warn_passed_over(report.passed_over)  # run files of a directory that cannot be read: one line each
     profile = report.profile
     # a plain name (fit_profile checked it): <user profile dir>/<name>.json stays in that directory
     destination = output or profile_path_for(profile.name)

@@ -14,6 +14,7 @@ from fp8advisor.inspect.folding import block_shape, fold_repeated
 from fp8advisor.inspect.records import ExpertGroup, GemmLayer, LayerStatus, ModelLayers
 from fp8advisor.json_output import print_document
 from fp8advisor.request import DEFAULT_BATCH, DEFAULT_SEQ
+from fp8advisor.untrusted import visible
 
 _STATUS_STYLE = {
     LayerStatus.TRACED: "green",
@@ -165,7 +166,8 @@ def render_experts(inspected: ModelLayers) -> tuple[Table, list[str]]:
     lines: list[str] = []
     for row in fold_repeated(inspected.expert_groups, _expert_shape):
         group = row.first
-        gemms = "\n".join(f"{gemm.name} {gemm.K}x{gemm.N}" for gemm in group.gemms)
+        # One line per GEMM: a Text (a string's line breaks are shown as escapes by the console)
+        gemms = Text("\n".join(f"{visible(gemm.name)} {gemm.K}x{gemm.N}" for gemm in group.gemms))
         table.add_row(
             row.pattern,
             group.form.value,

@@ -1,13 +1,15 @@
 """The consoles every command prints through, built so that no string from outside can act on the terminal.
 
 - No markup: a layer name, a path or a profile name may hold `[red]` or `[/x]`, which Rich would take for a
-  style (or fail on). Both consoles print every string as it is; a style is given only as a `Text` style
-  (`styled`), never parsed out of a string.
-- No control characters: every string given to the console (`_SafeConsole.render_str`), and then every
-  segment Rich is about to write (a render hook, `_VisibleText`), goes through `fp8advisor.untrusted.visible`,
-  so that an ANSI escape, a carriage return or a bidi override in any field shows as its escape (`\\x1b`)
-  instead of acting. Rich's own styling is not text: it is written from each segment's style after the
-  hook, and stays. Line breaks and tabs stay as they are.
+  style (or fail on). Both consoles print every string as it is (a status spinner's too); a style is given
+  only as a `Text` style (`styled`), never parsed out of a string. A progress bar's `TextColumn` that shows
+  names takes `markup=False`.
+- No control characters: every string given to the console (`_SafeConsole.render_str`: a printed string, a
+  table cell, a rule's title) goes through `fp8advisor.untrusted.visible`, line breaks included, so that an
+  ANSI escape, a carriage return, a bidi override or a line break in any field shows as its escape (`\\x1b`,
+  `\\n`) instead of acting or forging a line; our own multi-line text is a `Text`. Then every segment Rich
+  is about to write (a render hook, `_VisibleText`) goes through it too, line breaks and tabs kept. Rich's
+  own styling is not text: it is written from each segment's style after the hook, and stays.
 - `plain(text)`: the same for text written around Rich (`print`), such as a diff of a user's file.
 """
 
@@ -60,7 +62,11 @@ class _SafeConsole(Console):
     by hand) after layout."""
 
     def render_str(self, text: str, **options) -> Text:
-        return super().render_str(plain(text), **options)
+        return super().render_str(visible(text), **options)  # one line: a name cannot forge another line
+
+    def status(self, status: RenderableType, **options):
+        """`Console.status`, whose spinner would parse a string as markup: given a `Text` instead."""
+        return super().status(Text(plain(status)) if isinstance(status, str) else status, **options)
 
 
 def safe_console(**options) -> Console:

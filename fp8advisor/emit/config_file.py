@@ -145,30 +145,30 @@ def write(path: str | Path, text: str) -> Path:
 
 
 def read_committed(path: str | Path) -> str:
-    """The text of the file `--check` compares, or one `ConfigError` saying why it cannot be compared
-    (missing, a directory, unreadable, not UTF-8 text). Called before the work: a wrong path fails at once."""
+    """The text of the file `--check` compares, byte for byte (a byte-order mark is kept: it makes the file
+    differ), or one `ConfigError` saying why it cannot be compared (missing, a directory, a pipe or a device,
+    too large, not UTF-8 text, a NUL byte). Called before the work: a wrong path fails at once."""
+    from fp8advisor.reading import MAX_CONFIG_BYTES, read_bytes
+
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"--check {path} is a directory", hint="give the config file that -o wrote")
-    if path.exists():  # a pipe is refused, not waited on; a device (/dev/null) is refused, not called stale
-        from fp8advisor.reading import MAX_CONFIG_BYTES, check_regular_file
-
-        check_regular_file(path, "--check file", error=ConfigError, max_bytes=MAX_CONFIG_BYTES)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+    if not path.exists():
         raise ConfigError(
             f"--check {path} does not exist", hint=f"write it first: the same command with -o {path}"
-        ) from None
-    except OSError as error:
-        raise ConfigError(f"cannot read --check {path}: {error.strerror or error}") from None
+        )
+    # A regular file: a pipe is refused, not waited on; a device (/dev/null) is refused, not called stale.
+    data = read_bytes(path, "--check file", error=ConfigError, max_bytes=MAX_CONFIG_BYTES)
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
+        text = None
+    if text is None or "\0" in text:
         raise ConfigError(
             f"--check {path} is not a UTF-8 text file: not a config fp8advisor wrote",
             hint="give the config file that -o wrote",
-        ) from None
+        )
+    return text
 
 
 def check(path: str | Path, expected_text: str, current: str | None = None) -> tuple[bool, str]:

@@ -3,7 +3,8 @@
 The header: fp8advisor's version, the model target, batch and seq, recipe and profile as the user typed them,
 what the file converts (or why it leaves FP8 off), and the command that regenerates or checks it
 (`fp8advisor.request.SuggestRequest.command`, with what was chosen automatically pinned). Nothing depends on
-the machine or the time, so the same inputs give byte-identical files anywhere.
+the machine or the time, so the same inputs give byte-identical files anywhere. A target whose name holds a
+control character is refused: the check command must name it exactly, and a comment line cannot hold it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from fp8advisor import __version__
 from fp8advisor.advice.records import Advice
 from fp8advisor.emit.experts import converted_expert_modules
+from fp8advisor.errors import TargetError, quote
 from fp8advisor.files import GENERATED_MARK
 from fp8advisor.frameworks.formats import ConfigFormat
 from fp8advisor.frameworks.header import CHECK_PREFIX
@@ -42,6 +44,12 @@ def header_lines(
             f"decided in context: {len(advice.profile_decisions)} layers, from {advice.in_context.source}"
         )
     pinned = pinned_command(request, advice, fmt)
+    if not pinned.isprintable():
+        raise TargetError(
+            f"cannot write the check command of the file's header: it would name {quote(request.target)}, "
+            "which holds a line break or another control character (a comment cannot hold it as it is)",
+            hint="rename the file, folder or argument so that the target is printable text",
+        )
     lines.append(f"{CHECK_PREFIX}{pinned} --check <this file>")
     return lines
 

@@ -2,9 +2,10 @@
 columns, double-quoted strings valid in TOML, Python and YAML, and the lines of a string list.
 
 Every string from outside this tool (a layer name, a profile's name, a path) reaches a generated file through
-`comment` or `quoted` only: a comment line shows each control character as an escape
-(`fp8advisor.untrusted.visible`), so that no field can end its comment, and a string literal escapes every
-character but printable ASCII (`fp8advisor.untrusted.string_literal`), so that no field can leave its string.
+`comment`, `quoted` or `in_docstring` only: a comment line shows each control character as an escape
+(`fp8advisor.untrusted.visible`), so that no field can end its comment; a string literal escapes every
+character but printable ASCII (`fp8advisor.untrusted.string_literal`), so that no field can leave its string;
+and a docstring's text has its backslashes and quotes escaped too.
 """
 
 from __future__ import annotations
@@ -17,6 +18,13 @@ from fp8advisor.untrusted import string_literal, visible
 def comment(lines: list[str]) -> str:
     """`lines` as `# ` comment lines (an empty line as a bare `#`), each one line whatever it holds."""
     return "".join(f"# {visible(line)}\n" if line else "#\n" for line in lines)
+
+
+def in_docstring(text: str) -> str:
+    """`text` as it may stand inside a generated file's triple-quoted docstring: one line of printable text
+    (`visible`), with backslashes and quotes escaped, so that it can neither end the docstring nor make an
+    invalid escape."""
+    return visible(text).replace("\\", "\\\\").replace('"', '\\"')
 
 
 def quoted(text: str) -> str:
@@ -34,4 +42,4 @@ def wrapped(text: str, indent: str = "  ") -> list[str]:
     return textwrap.wrap(text, width=106, subsequent_indent=indent, break_on_hyphens=False)
 
 
-__all__ = ["comment", "quoted", "string_list_lines", "wrapped"]
+__all__ = ["comment", "in_docstring", "quoted", "string_list_lines", "wrapped"]

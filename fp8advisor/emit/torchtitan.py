@@ -21,7 +21,7 @@ from __future__ import annotations
 from fp8advisor.advice.records import Advice
 from fp8advisor.emit.experts import converted_expert_modules
 from fp8advisor.emit.header import FP8_OFF_NOTE
-from fp8advisor.emit.syntax import comment, quoted, string_list_lines
+from fp8advisor.emit.syntax import comment, in_docstring, quoted, string_list_lines
 from fp8advisor.errors import ConfigError
 from fp8advisor.frameworks.filters import entries_matching_nothing
 from fp8advisor.frameworks.formats import TORCHTITAN_0_2_EXPERTS_CONVERTER, ConfigFormat
@@ -153,17 +153,19 @@ def _registry_name(request: SuggestRequest) -> titan.RegistryName | None:
 def _torchtitan_model_lines(request: SuggestRequest) -> str:
     """The docstring's paragraph on which torchtitan model the file is for."""
     name = _registry_name(request)
+    target = in_docstring(request.target)
     if name is not None:
         return (
-            f"For torchtitan 0.3's {name.model} model, flavor {name.flavor} ({name}):\n"
+            f"For torchtitan 0.3's {name.model} model, flavor {in_docstring(name.flavor)} "
+            f"({in_docstring(str(name))}):\n"
             "the model whose Linear layers fp8advisor read. The base recipe is torchtitan's own for that\n"
             "flavor: replace it with yours (EDIT), keeping model_registry and FLAVOR.\n"
             "\n"
         )
     return (
-        f"Written from {request.target}, not from torchtitan's registry: the model_registry import, the\n"
+        f"Written from {target}, not from torchtitan's registry: the model_registry import, the\n"
         "base recipe and FLAVOR below are PLACEHOLDERS (llama3 8B) marked EDIT. Set them to the model\n"
-        f"torchtitan builds, whose Linear FQNs must be those of {request.target}.\n"
+        f"torchtitan builds, whose Linear FQNs must be those of {target}.\n"
         "\n"
     )
 

@@ -16,7 +16,9 @@ filter (`filters`), and a config file read back as its framework would (`reader.
 - `module_rules`: each framework's module filter on a real model, `(module, fqn) -> bool`.
 - `python_file`: a Python config read from its syntax tree, never run; `filter_function`: its module filter,
   evaluated by `filter_eval` (in the Python subset of `filter_language`) or, trusted, run alone;
-  `module_scope`: which statement binds each name the filter reads, so that what is read is what runs.
+  `module_scope`: which statement binds each name the filter reads, so that what is read is what runs;
+  `framework_calls`: the same for each framework call a reader reads (its callee imported once from the
+  framework, the function around it bound once, the call reached, its arguments told).
 """
 
 from fp8advisor._lazy import lazy_exports

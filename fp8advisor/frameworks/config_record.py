@@ -3,7 +3,7 @@ converts), as the readers of each format return it.
 
 Also the records every reader builds the same way (`fp8_off`: a Python config with no float8 set-up;
 `experts_only`: one that converts only the MoE experts) and the two values every format reads with the same
-errors (`recipe_named`: a recipe_name; `string_list`: a filter_fqns list, or torchtitan's "a,b,c" form), and
+errors (`recipe_named`: a recipe_name; `string_list`: a filter_fqns list, never a string), and
 the checked reads of each field's type (`optional_bool`, `section`; `key_names` for a note listing keys of
 any type): a value of the wrong type is one ConfigError naming its key, never a traceback or a guess.
 """
@@ -119,13 +119,20 @@ def recipe_named(name: Any, path: Path, where: str) -> Recipe:
 
 
 def string_list(
-    value: Any, path: Path, where: str, example: str = '["output", "attention.wk"]'
+    value: Any,
+    path: Path,
+    where: str,
+    example: str = '["output", "attention.wk"]',
+    *,
+    comma_form: bool = False,
 ) -> tuple[str, ...]:
-    """A list of strings (absent: empty; a string: torchtitan's comma-separated CLI form); else a
-    ConfigError naming `where` (the key) whose hint shows `example`."""
+    """A list of strings (absent: empty); else a ConfigError naming `where` (the key) whose hint shows
+    `example`. A string is refused: the frameworks read these keys as lists (`for fqn in filter_fqns`
+    iterates a string's characters; torchtitan's "a,b,c" is its command line's form, not its TOML's), unless
+    `comma_form` (a bare filter list, this tool's own format) reads it as "a,b,c"."""
     if value is None:
         return ()
-    if isinstance(value, str):  # torchtitan's CLI form "a,b,c"
+    if isinstance(value, str) and comma_form:
         return tuple(entry.strip() for entry in value.split(",") if entry.strip())
     if isinstance(value, (list, tuple)) and all(isinstance(entry, str) for entry in value):
         return tuple(value)

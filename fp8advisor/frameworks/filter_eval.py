@@ -13,10 +13,12 @@ Values stay plain (strings, numbers, tuples, sets, `torch.Size`, None); the modu
 only through the attributes listed there. Each module-level name the function reads is what it is when the
 framework calls the filter: the one statement that binds it, never changed in place
 (`module_scope.ModuleScope`); a name the file binds twice, changes, or reaches by a string is refused.
-Nothing the file defines is called, and an evaluation always ends: each call of the filter evaluates at most
-`filter_language.MAX_STEPS` syntax nodes, all calls together take at most `MAX_SECONDS`, no string or
-collection it builds exceeds `MAX_LENGTH` items and no int `MAX_INT_BITS` bits, and the syntax is at most
-`python_file.MAX_SYNTAX_DEPTH` deep (`filter_language.Budget`); past a bound, a ConfigError says which.
+Nothing the file defines is called, and an evaluation always ends, small (`filter_language.Budget`): each
+call of the filter takes at most `MAX_STEPS` steps (syntax nodes, and the items a call or comparison walks),
+all calls together at most `MAX_SECONDS`, no string or collection it builds exceeds `MAX_LENGTH` items and no
+int `MAX_INT_BITS` bits, the values one call builds take at most `MAX_BUILT` bytes together (64 MiB; each is
+charged as it is built, in `FilterEvaluator._evaluate`, so at most one value, itself bounded, passes it), and
+the syntax is at most `python_file.MAX_SYNTAX_DEPTH` deep; past a bound, a ConfigError says which.
 """
 
 from __future__ import annotations
@@ -392,6 +394,14 @@ class FilterEvaluator:
             raise Refused(node, describe(node))
 
     def _evaluate(self, node: ast.expr, scope: dict[str, Any]) -> Any:
+        """The value of `node`, charged to the budget's bytes built unless it is one that exists already (a
+        literal, a name, the operand `and`/`or`/`if else` give) or a comparison's True/False."""
+        value = self._value(node, scope)
+        if not isinstance(node, (ast.Constant, ast.Name, ast.BoolOp, ast.IfExp, ast.Compare)):
+            self._budget.built(value, node, new_items=isinstance(node, ast.Call))
+        return value
+
+    def _value(self, node: ast.expr, scope: dict[str, Any]) -> Any:
         self._budget.step(node)
         evaluate = self._evaluate
         if isinstance(node, ast.Constant):
@@ -440,6 +450,8 @@ class FilterEvaluator:
             index = evaluate(node.slice, scope)
             if not isinstance(index, (int, slice)):
                 raise Refused(node.slice, f"the index `{snippet(node.slice)}`")
+            if isinstance(index, slice):  # a copy: at most as long as the container (a constant may be long)
+                self._budget.length(len(range(*index.indices(len(container)))), node)
             return container[index]
         if isinstance(node, ast.Slice):
             bounds = []
@@ -452,6 +464,8 @@ class FilterEvaluator:
         if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
             values: list = []
             self._comprehension(node, node.generators, scope, values)
+            if isinstance(node, ast.SetComp):
+                self._budget.built(values, node)  # the list the set is made from
             return set(values) if isinstance(node, ast.SetComp) else values
         if isinstance(node, ast.Call):
             return self._call(node, scope)
@@ -478,6 +492,8 @@ class FilterEvaluator:
             if not isinstance(op, (ast.Is, ast.IsNot)):
                 self._plain(left, left_node)
                 self._plain(right, comparator)
+                hashed = isinstance(op, (ast.In, ast.NotIn)) and isinstance(right, (set, frozenset))
+                self._budget.scan([left] if hashed else [left, right], node)
             if not COMPARISONS[type(op)](left, right):
                 return False
             left, left_node = right, comparator
@@ -507,6 +523,7 @@ class FilterEvaluator:
             if not isinstance(receiver, str):
                 raise Refused(node, f"`.{function.attr}()` on a {type(receiver).__name__}")
             arguments = [self._plain(self._evaluate(a, scope), a) for a in node.args]
+            self._budget.inputs([receiver, *arguments], node)
             return getattr(receiver, function.attr)(*arguments)
         assert isinstance(function, ast.Name)
         if function.id == "isinstance":
@@ -514,6 +531,7 @@ class FilterEvaluator:
             references = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
             return isinstance(value, tuple(self._classes[ast.unparse(r)] for r in references))
         arguments = [self._plain(self._evaluate(a, scope), a) for a in node.args]
+        self._budget.inputs(arguments, node)
         return BUILTIN_FUNCTIONS[function.id](*arguments)
 
     # --- what values may do -----------------------------------------------------------------------------

@@ -10,7 +10,8 @@ literal module-level constants it names plus `torch` and `nn`, under a short lis
 the framework will. Either way nothing else in the file runs: no imports of the user's packages, no model, no
 training. A filter that needs more (other functions of the file, imported helpers) is reported as a
 ConfigError naming what is missing, never guessed. torchao's `_auto_filter_for_recipe(...)` passed as the
-filter is torchao's real function (`module_rules.torchao_auto_filter`).
+filter is torchao's real function (`module_rules.torchao_auto_filter`), when the name it is called by is
+torchao's (`framework_calls.check_framework_name`).
 
 Either way, what is read is what the framework calls: the name passed is followed to the one module-level
 `def` or `name = lambda ...` that binds it, and each constant the function reads to its one assignment
@@ -27,16 +28,16 @@ from typing import Any
 
 from torch import nn
 
-from fp8advisor.errors import ConfigError
+from fp8advisor.errors import ConfigError, describe_error, quote
 from fp8advisor.frameworks.config_record import recipe_named, string_list
 from fp8advisor.frameworks.filter_eval import FilterEvaluator, module_constant
 from fp8advisor.frameworks.filter_language import Refused, Unsettled, refusal_error
+from fp8advisor.frameworks.framework_calls import call_argument, check_arguments, check_framework_name
 from fp8advisor.frameworks.module_rules import Predicate, torchao_auto_filter
 from fp8advisor.frameworks.module_scope import ModuleScope, import_origin, scope_name
 from fp8advisor.frameworks.python_file import (
     call_name,
     frozen,
-    keyword_value,
     literal_value,
     required_literal,
     resolve_name,
@@ -84,12 +85,14 @@ def read_filter_function(
     run; see the module docstring."""
     path = scope.path
     if isinstance(node, ast.Call) and call_name(node) == "_auto_filter_for_recipe":
-        recipe_node = node.args[0] if node.args else keyword_value(node, "recipe")
-        fqns_node = node.args[1] if len(node.args) > 1 else keyword_value(node, "filter_fqns")
+        check_arguments(node, path, "_auto_filter_for_recipe", 2)
+        recipe_node = call_argument(node, 0, "recipe")
+        fqns_node = call_argument(node, 1, "filter_fqns")
         recipe = recipe_named(_argument(recipe_node, scope, "the recipe"), path, "_auto_filter_for_recipe")
         entries = string_list(
             _argument(fqns_node, scope, "filter_fqns") if fqns_node else [], path, "filter_fqns"
         )
+        check_framework_name(node.func, scope, "torchao", "_auto_filter_for_recipe")
         return (
             torchao_auto_filter(recipe, entries),
             f"torchao _auto_filter_for_recipe({recipe.value!r}) + substring {list(entries)}",
@@ -121,7 +124,7 @@ def read_filter_function(
         code = compile(module, str(path), "exec")
     except (SyntaxError, ValueError, RecursionError, MemoryError) as error:
         raise ConfigError(
-            f"cannot compile the filter function: {type(error).__name__}: {error}",
+            f"cannot compile the filter function: {describe_error(error)}",
             location=f"{path}:{function_node.lineno}",
         ) from None
     try:
@@ -130,7 +133,7 @@ def read_filter_function(
         )  # only the filter definition, only with --trust-config: see the module docstring
     except Exception as error:  # a default argument that raises: {("a", ["b"])}
         raise ConfigError(
-            f"the filter function's definition raised {type(error).__name__}: {error}",
+            f"the filter function's definition raised {describe_error(error)}",
             location=f"{path}:{function_node.lineno}",
             hint="the filter may use only its arguments, literal module-level constants, torch and nn",
         ) from None
@@ -141,7 +144,7 @@ def read_filter_function(
             return bool(function(module, fqn))
         except Exception as error:
             raise ConfigError(
-                f"the filter function raised on {fqn!r}: {type(error).__name__}: {error}",
+                f"the filter function raised on {quote(fqn)}: {describe_error(error)}",
                 location=f"{path}:{function_node.lineno}",
                 hint="the filter may use only its arguments, literal module-level constants, torch and nn",
             ) from error

@@ -20,16 +20,25 @@ its line, and `--trust-config`. A name whose value when the filter runs cannot b
 twice, changed in place, reached through `globals()`: `module_scope`) is `Unsettled`, refused with or without
 `--trust-config`.
 
-Every evaluation is bounded (`Budget`, `Overrun` when a bound is passed): at most `MAX_STEPS` syntax nodes per
-call of the filter, `MAX_SECONDS` of wall time over all its calls on one model, strings and collections of
-at most `MAX_LENGTH` items, ints of at most `MAX_INT_BITS` bits. The syntax itself is at most
-`python_file.MAX_SYNTAX_DEPTH` deep, so the evaluator's recursion is bounded too.
+Every evaluation is bounded (`Budget`, `Overrun` when a bound is passed). One evaluation (a call of the
+filter on one layer, or its default arguments) takes at most `MAX_STEPS` steps: one per syntax node evaluated
+and one per item a call or a comparison walks (`set(s)` over a million characters is a million steps); all
+evaluations on one model take at most `MAX_SECONDS` of wall time. No string or collection it builds holds
+more than `MAX_LENGTH` items (checked before building where the length is known: `+`, slices, a call's inputs;
+after a string method, which may triple it), no int more than `MAX_INT_BITS` bits. Every value an expression
+builds, kept or not, is charged its `sys.getsizeof` as it is built (with its items' when a call made them new:
+`split`'s pieces), and all those of one evaluation take at most `MAX_BUILT` bytes (64 MiB) together
+(`Budget.built`); the one value that passes that bound is built before it is charged, and being bounded by
+`MAX_LENGTH` it takes at most about 90 MB (a list of a million new one-character strings): an evaluation
+allocates at most about 160 MB. Real filters build a few hundred bytes per layer. The syntax itself is at
+most `python_file.MAX_SYNTAX_DEPTH` deep, so the evaluator's recursion is bounded too.
 """
 
 from __future__ import annotations
 
 import ast
 import operator
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -150,25 +159,35 @@ class Overrun(Refused):
     """An evaluation that passed one of the bounds of `Budget`."""
 
 
+#: The values whose length `Budget` bounds (torch.Size is a tuple).
+SIZED_TYPES = (str, tuple, list, set, frozenset)
+
 #: The bounds of an evaluation (see the module docstring).
 MAX_STEPS = 1_000_000
 MAX_SECONDS = 120.0
 MAX_LENGTH = 1_000_000
 MAX_INT_BITS = 4096
+MAX_BUILT = 64 * 2**20  # bytes built by one evaluation in all; real filters build a few KB per layer
 
 
 class Budget:
     """The steps, time and sizes one filter's evaluations may take: `step` once per syntax node evaluated,
-    `size` on each value built. `start` begins one call; the time is counted over all calls."""
+    `length` and `bits` before a string or an int is built, `built` on each value built. `start` begins one
+    evaluation (a call, or the default arguments): its steps and bytes built count from 0; the time is
+    counted over all evaluations."""
 
     def __init__(self, seconds: float | None = None):
         self.seconds_left = MAX_SECONDS if seconds is None else seconds
         self.steps = 0
+        self.bytes_built = 0
+        self._clock_at = 0  # the step count at which the clock is read next
         self._deadline = 0.0
         self._started = 0.0
 
     def start(self) -> None:
         self.steps = 0
+        self.bytes_built = 0
+        self._clock_at = 1024
         self._started = time.monotonic()
         self._deadline = self._started + self.seconds_left
 
@@ -179,13 +198,49 @@ class Budget:
         self.steps += 1
         if self.steps > MAX_STEPS:
             raise Overrun(node, f"it takes more than {MAX_STEPS:,} steps on one layer (at `{snippet(node)}`)")
-        if self.steps % 1024 == 0 and time.monotonic() > self._deadline:
-            raise Overrun(node, f"it takes more than {MAX_SECONDS:.0f} s in all (at `{snippet(node)}`)")
+        if self.steps >= self._clock_at:  # every 1024 steps (or more, after a `scan`)
+            self._clock_at = self.steps + 1024
+            if time.monotonic() > self._deadline:
+                raise Overrun(node, f"it takes more than {MAX_SECONDS:.0f} s in all (at `{snippet(node)}`)")
 
     def length(self, length: int, node: ast.AST) -> None:
         """Refuse building a string or collection of `length` items."""
         if length > MAX_LENGTH:
             raise Overrun(node, f"it builds a value of {length:,} items or characters (at `{snippet(node)}`)")
+
+    def inputs(self, values: list[Any], node: ast.AST) -> None:
+        """Refuse the call `node` on a string or collection of more than `MAX_LENGTH` items (a constant of the
+        file may be longer): what it returns is built from them, at most 3 times as long (`upper`). Its
+        work is counted (`scan`)."""
+        for value in values:
+            if isinstance(value, SIZED_TYPES):
+                self.length(len(value), node)
+        self.scan(values, node)
+
+    def scan(self, values: list[Any], node: ast.AST) -> None:
+        """Count the work of `node` walking the strings and collections `values` (a call, a comparison) as a
+        step per item: a node over a million items is a million steps."""
+        items = sum(len(value) for value in values if isinstance(value, SIZED_TYPES))
+        if items > 1:
+            self.steps += items - 1
+            self.step(node)
+
+    def built(self, value: Any, node: ast.AST, *, new_items: bool = False) -> None:
+        """Charge the new `value` (its `sys.getsizeof`, and its items' too when they are `new_items`: the
+        pieces of `split`, the characters of `list(s)`) to this evaluation's total; refuse past
+        `MAX_BUILT`."""
+        size = sys.getsizeof(value)
+        if isinstance(value, SIZED_TYPES):  # `s.upper()` may be 3 times as long as `s`
+            self.length(len(value), node)
+        if new_items and isinstance(value, (tuple, list, set, frozenset)):
+            size += sum(map(sys.getsizeof, value))
+        self.bytes_built += size
+        if self.bytes_built > MAX_BUILT:
+            raise Overrun(
+                node,
+                f"the values it builds take more than {MAX_BUILT / 2**20:.0f} MB in all on one layer "
+                f"(at `{snippet(node)}`)",
+            )
 
     def bits(self, bits: int, node: ast.AST) -> None:
         """Refuse computing an int of about `bits` bits."""
@@ -212,9 +267,10 @@ def refusal_error(refused: Refused, path: object, line: int | None, fqn: str | N
         return ConfigError(
             f"cannot evaluate the filter function{on}: {refused.what}, more than verify evaluates",
             location=location,
-            hint=f"verify evaluates at most {MAX_STEPS:,} steps per layer and {MAX_SECONDS:.0f} s in all, "
-            f"values of at most {MAX_LENGTH:,} items and numbers of {MAX_INT_BITS} bits; a real filter "
-            "needs far less: simplify it, or pass --trust-config to run it",
+            hint=f"verify evaluates at most {MAX_STEPS:,} steps per layer, {MAX_BUILT / 2**20:.0f} MB of "
+            f"values built per layer and {MAX_SECONDS:.0f} s in all, values of at most {MAX_LENGTH:,} items "
+            f"and numbers of {MAX_INT_BITS} bits; a real filter needs far less: simplify it, or pass "
+            "--trust-config to run it",
         )
     return ConfigError(
         f"cannot evaluate {refused.what} in the filter function{on} without running the file's code: "
@@ -247,6 +303,7 @@ def describe(node: ast.AST) -> str:
 __all__ = [
     "ARITHMETIC",
     "BUILTIN_FUNCTIONS",
+    "MAX_BUILT",
     "MAX_INT_BITS",
     "MAX_LENGTH",
     "MAX_SECONDS",
@@ -257,6 +314,7 @@ __all__ = [
     "MODULE_ATTRIBUTES",
     "NUMBER_TYPES",
     "PLAIN_TYPES",
+    "SIZED_TYPES",
     "STRING_METHODS",
     "TENSOR_ATTRIBUTES",
     "Budget",

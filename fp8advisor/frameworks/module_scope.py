@@ -23,12 +23,14 @@ whatever the file did to it by then (`SKIP.append(...)`, `ALIAS = SKIP; ALIAS.ap
   no binding in the file can be trusted. These are the ways known to us, not a proof (a file importing
   itself under its own name is not caught: its name is also a package's, as for `accelerate.py`).
 - `check_not_patched(package)`: refuses a file that sets or deletes an attribute of a module it imports from
-  torch (`nn.Linear = MyLinear`): `isinstance(module, nn.Linear)` would test another class.
+  a package (`nn.Linear = MyLinear`: `isinstance(module, nn.Linear)` would test another class;
+  `torchao.float8.convert_to_float8_training = ...`: the framework call would call another function).
 
 The policy (a name read only when bound once, by a top-level statement, before an import-time use; a
 mutable constant, or the filter function itself, only when every use outside the filter is a read that cannot
-change it) is applied by `settled_binding` and `check_reads_only`; they raise `filter_language.Unsettled`,
-which the readers turn into a ConfigError (`filter_language.refusal_error`).
+change it) is applied by `settled_binding` and `check_reads_only`, to the filter function and what it reads
+(`filter_function`) and to every framework name and call a reader reads (`framework_calls`); they raise
+`filter_language.Unsettled`, which the readers turn into a ConfigError (`filter_language.refusal_error`).
 """
 
 from __future__ import annotations
@@ -392,10 +394,11 @@ class ModuleScope:
             raise Unsettled(read, f"{what}, used at line {read.lineno} before {binding.describe()}")
         return binding
 
-    def check_not_patched(self, package: str) -> None:
+    def check_not_patched(self, package: str, what: str = "the class tested by isinstance") -> None:
         """`Unsettled` when the file sets or deletes an attribute of a module it imports from `package`
         (`nn.Linear = MyLinear`, `del torch.nn.Linear`, `setattr(nn, "Linear", ...)`): an isinstance test
-        would test another class than the one named."""
+        would test another class than the one named, a framework call would call another function. `what`
+        names what is read from the package."""
         for node in self._scope:
             target: ast.AST | None = None
             if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -420,9 +423,7 @@ class ModuleScope:
             origins = [import_origin(statement, target.id) or "" for statement in statements]
             if any(origin == package or origin.startswith(package + ".") for origin in origins):
                 shown = self.statement(node)
-                raise Unsettled(
-                    node, f"the class tested by isinstance: the file changes {package} (`{snippet(shown)}`)"
-                )
+                raise Unsettled(node, f"{what}: the file changes {package} (`{snippet(shown)}`)")
 
     def check_reads_only(self, name: str, allowed: ast.AST | None, *, exempt: ast.AST | None = None) -> None:
         """`Unsettled` unless every use of the module-level `name` outside `allowed` (the filter, evaluated

@@ -75,6 +75,9 @@ def detect_framework(path: Path, text: str) -> ConfigFormat:
             "(accelerate) or "
             "convert_to_float8_training(...) (torchao); write one with `fp8advisor suggest --format ...`",
         )
+    written = _format_in_header(text)  # a file `suggest -o` wrote under another name: its header says
+    if written is not None and written is not ConfigFormat.MEGATRON:
+        return written
     raise ConfigError(
         f"{path}: unsupported config file type {suffix or '(no extension)'}",
         hint="give a torchtitan .toml, a NeMo AutoModel .yaml, a Python config (torchtitan 0.3, "

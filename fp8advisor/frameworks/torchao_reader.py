@@ -9,6 +9,12 @@
 
 The recipe comes from the literal in `Float8LinearConfig.from_recipe_name("...")` or `Float8LinearConfig(...)`
 (`_recipe_from_python`); the filter function is read by `fp8advisor.frameworks.filter_function`.
+
+Every call read here, and every name it is called by, is checked to be what runs
+(`framework_calls.check_framework_call`): `convert_to_float8_training`, `quantize_`, `Float8TrainingOpConfig`,
+`Float8LinearConfig`, `Accelerator` and `AORecipeKwargs` imported once from their package and never rebound,
+the function around the call (`convert_model`) bound once, the `accelerator` that holds the set-up bound once,
+no argument hidden in `*args` / `**kwargs`; a file that rebinds one is refused, never read stale.
 """
 
 from __future__ import annotations
@@ -21,6 +27,12 @@ from fp8advisor.errors import ConfigError
 from fp8advisor.frameworks.config_record import FrameworkConfig, experts_only, fp8_off, recipe_named
 from fp8advisor.frameworks.filter_function import read_filter_function
 from fp8advisor.frameworks.formats import ConfigFormat
+from fp8advisor.frameworks.framework_calls import (
+    call_argument,
+    check_arguments,
+    check_framework_call,
+    check_framework_name,
+)
 from fp8advisor.frameworks.module_rules import accelerate_default_rule
 from fp8advisor.frameworks.module_scope import ModuleScope
 from fp8advisor.frameworks.python_file import (
@@ -53,13 +65,12 @@ def read_torchao(
     tree = parse_python(path, text)
     scope = ModuleScope(tree, path)
     linear = _read_torchao_linear(scope, trust_config=trust_config)
-    calls = [
-        call
-        for call in calls_named(tree, "quantize_")
-        if (config := resolve_name(keyword_value(call, "config"), scope)) is not None
-        and isinstance(config, ast.Call)
-        and call_name(config) == "Float8TrainingOpConfig"
-    ]
+    calls: list[tuple[ast.Call, ast.Call]] = []
+    for call in calls_named(tree, "quantize_"):
+        check_arguments(call, path, "quantize_", 4)  # (model, config, filter_fn, device)
+        config = resolve_name(call_argument(call, 1, "config"), scope)
+        if isinstance(config, ast.Call) and call_name(config) == "Float8TrainingOpConfig":
+            calls.append((call, config))
     if not calls:
         return replace(
             linear, converts_experts=False, expert_rule="no quantize_(..., Float8TrainingOpConfig())"
@@ -68,18 +79,21 @@ def read_torchao(
         raise ConfigError(
             f"{len(calls)} quantize_(..., config=Float8TrainingOpConfig()) calls: which experts convert is "
             "unclear",
-            location=f"{path}:{calls[0].lineno}",
+            location=f"{path}:{calls[0][0].lineno}",
             hint="keep one quantize_ call for the experts, with one filter_fn",
         )
-    filter_node = keyword_value(calls[0], "filter_fn")
+    call, config = calls[0]
+    filter_node = call_argument(call, 2, "filter_fn")
     if filter_node is None or (isinstance(filter_node, ast.Constant) and filter_node.value is None):
         raise ConfigError(
             "quantize_(..., config=Float8TrainingOpConfig()) without filter_fn applies torchao's default "
             "filter (nn.Linear), not the experts",
-            location=f"{path}:{calls[0].lineno}",
+            location=f"{path}:{call.lineno}",
             hint="pass filter_fn=<a function of (module, fqn) naming the expert modules>",
         )
     predicate, rule, _entries = read_filter_function(filter_node, scope, trust_config=trust_config)
+    check_framework_call(call, scope, "torchao", "quantize_", positional=4)
+    check_framework_name(config.func, scope, "torchao", "Float8TrainingOpConfig")
     return replace(
         experts_only(linear, "convert_to_float8_training"),
         converts_experts=True,
@@ -89,14 +103,20 @@ def read_torchao(
 
 
 def _read_torchao_linear(scope: ModuleScope, *, trust_config: bool) -> FrameworkConfig:
-    """The nn.Linear part: `convert_to_float8_training(model, config=..., module_filter_fn=...)`."""
+    """The nn.Linear part: `convert_to_float8_training(model, config=..., module_filter_fn=...)`. The
+    filter is read first (its own refusals name the construct in it), then the call's names and recipe."""
     path, tree = scope.path, scope.tree
     if not calls_named(tree, "convert_to_float8_training"):
         return fp8_off(ConfigFormat.TORCHAO, path, Recipe.TENSORWISE, "convert_to_float8_training")
     call = single_call(tree, "convert_to_float8_training", path)
-    recipe = _recipe_from_python(keyword_value(call, "config"), scope)
     filter_node = keyword_value(call, "module_filter_fn")
-    if filter_node is None or (isinstance(filter_node, ast.Constant) and filter_node.value is None):
+    has_filter = not (
+        filter_node is None or (isinstance(filter_node, ast.Constant) and filter_node.value is None)
+    )
+    read = read_filter_function(filter_node, scope, trust_config=trust_config) if has_filter else None
+    check_framework_call(call, scope, "torchao", "convert_to_float8_training", positional=1)
+    recipe = _recipe_from_python(keyword_value(call, "config"), scope)
+    if read is None:
         # torchao without a filter converts every nn.Linear, whatever its shape.
         return FrameworkConfig(
             ConfigFormat.TORCHAO,
@@ -109,7 +129,7 @@ def _read_torchao_linear(scope: ModuleScope, *, trust_config: bool) -> Framework
             ("no module_filter_fn: torchao converts every nn.Linear, lm_head included",),
             lambda model: lambda module, fqn: True,
         )
-    predicate, rule, entries = read_filter_function(filter_node, scope, trust_config=trust_config)
+    predicate, rule, entries = read
     return FrameworkConfig(
         ConfigFormat.TORCHAO, path, True, recipe, entries, rule, None, (), lambda model: predicate
     )
@@ -128,10 +148,10 @@ def read_accelerate(
     ]
     literal_precisions = [p.value for p in precisions if isinstance(p, ast.Constant)]
     if not calls_named(tree, "AORecipeKwargs") and literal_precisions and "fp8" not in literal_precisions:
+        _check_accelerators(accelerators, scope)
         off = fp8_off(ConfigFormat.ACCELERATE, path, Recipe.TENSORWISE, "AORecipeKwargs")
         return replace(off, notes=(f"FP8 is off: Accelerator(mixed_precision={literal_precisions[0]!r})",))
     call = single_call(tree, "AORecipeKwargs", path)
-    recipe = _recipe_from_python(keyword_value(call, "config"), scope)
     notes: list[str] = []
     enabled = True
     if literal_precisions and "fp8" not in literal_precisions:
@@ -146,8 +166,15 @@ def read_accelerate(
             "Accelerator(...) has no kwargs_handlers=[...]: the AORecipeKwargs would not be used "
             "(the docs misspell it)"
         )
-    filter_node = keyword_value(call, "module_filter_func")
-    if filter_node is None or (isinstance(filter_node, ast.Constant) and filter_node.value is None):
+    filter_node = call_argument(call, 1, "module_filter_func")
+    has_filter = not (
+        filter_node is None or (isinstance(filter_node, ast.Constant) and filter_node.value is None)
+    )
+    read = read_filter_function(filter_node, scope, trust_config=trust_config) if has_filter else None
+    _check_accelerators(accelerators, scope)
+    check_framework_call(call, scope, "accelerate", "AORecipeKwargs", positional=2, keeps_result=True)
+    recipe = _recipe_from_python(call_argument(call, 0, "config"), scope)
+    if read is None:
         notes.append("no module_filter_func: accelerate keeps the first and last nn.Linear in bf16")
         return FrameworkConfig(
             ConfigFormat.ACCELERATE,
@@ -160,7 +187,7 @@ def read_accelerate(
             tuple(notes),
             accelerate_default_rule,
         )
-    predicate, rule, entries = read_filter_function(filter_node, scope, trust_config=trust_config)
+    predicate, rule, entries = read
     return FrameworkConfig(
         ConfigFormat.ACCELERATE,
         path,
@@ -172,6 +199,15 @@ def read_accelerate(
         tuple(notes),
         lambda model: predicate,
     )
+
+
+def _check_accelerators(accelerators: list[ast.Call], scope: ModuleScope) -> None:
+    """Each `Accelerator(...)` is accelerate's, runs as written, and the name that keeps it (`accelerator`,
+    the one the user imports) is bound once; more than one Accelerator is refused: which trains is unclear."""
+    for node in accelerators:
+        check_framework_call(node, scope, "accelerate", "Accelerator", keeps_result=True)
+    if len(accelerators) > 1:
+        single_call(scope.tree, "Accelerator", scope.path)
 
 
 def _recipe_from_python(node: ast.expr | None, scope: ModuleScope) -> Recipe:
@@ -189,16 +225,20 @@ def _recipe_from_python(node: ast.expr | None, scope: ModuleScope) -> Recipe:
             and node.args
             and {kw.arg for kw in node.keywords} <= _TENSORWISE_KEYWORDS - {"emulate"}
         ):  # dataclasses.replace(<config>, pad_inner_dim=True): padding, the same scaling
+            check_framework_name(node.func, scope, "dataclasses", "replace")
             return _recipe_from_python(node.args[0], scope)
         if name == "from_recipe_name":
+            check_framework_name(node.func, scope, "torchao", "Float8LinearConfig.from_recipe_name")
             argument = node.args[0] if node.args else keyword_value(node, "recipe_name")
             if argument is None:
                 raise ConfigError("from_recipe_name() without a recipe", location=f"{path}:{node.lineno}")
             if isinstance(argument, ast.Attribute):  # Float8LinearRecipeName.ROWWISE
+                check_framework_name(argument, scope, "torchao", f"Float8LinearRecipeName.{argument.attr}")
                 return recipe_named(argument.attr.lower(), path, "Float8LinearRecipeName")
             name = required_literal(resolve_name(argument, scope, "the recipe name"), path, "the recipe name")
             return recipe_named(name, path, "from_recipe_name")
         if name == "Float8LinearConfig":
+            check_framework_name(node.func, scope, "torchao", "Float8LinearConfig")
             custom = sorted({kw.arg or "**" for kw in node.keywords} - _TENSORWISE_KEYWORDS)
             if node.args or custom:
                 raise ConfigError(

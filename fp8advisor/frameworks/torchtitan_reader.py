@@ -5,13 +5,16 @@ recipe.
   `[quantize.linear.float8]` recipe_name (absent = tensorwise), filter_fqns (substring), an
   "auto_filter_small_kn" entry switching to torchao's `_auto_filter_for_recipe`. Unknown keys, and recipe_name
   together with enable_fsdp_float8_all_gather, are rejected as torchtitan rejects them; a value of the
-  wrong type (`[compile] components = 5`) is a ConfigError naming its key. The TOML is parsed by
-  `fp8advisor.reading.parse_toml` (bounded in depth). MoE experts convert
-  with the grouped-GEMM converter (`formats.TORCHTITAN_0_2_EXPERTS_CONVERTER`) and its
-  `[quantize.grouped_mm.float8] fqns`.
+  wrong type (`[compile] components = 5`, `[model] converters = "quantize.linear.float8"`: a string where
+  torchtitan reads a list, whose characters it would iterate) is a ConfigError naming its key. The TOML is
+  parsed by `fp8advisor.reading.parse_toml` (bounded in depth). MoE experts convert with the grouped-GEMM
+  converter (`formats.TORCHTITAN_0_2_EXPERTS_CONVERTER`) and its `[quantize.grouped_mm.float8] fqns`.
 - torchtitan-py: torchtitan 0.3 recipe function; the keyword literals of `Float8LinearConverter.Config(...)`
-  (recipe_name absent = rowwise, its default there), and `Float8GroupedExpertsConverter.Config(...)` for every
-  GroupedExperts. Read with `ast`, never run.
+  (recipe_name absent = rowwise, its default there; emulate=True: tensorwise), and
+  `Float8GroupedExpertsConverter.Config(...)` for every GroupedExperts. Read with `ast`, never run; each
+  keyword checked by name and type as the keyword-only dataclass takes it, and each call checked to be
+  torchtitan's, where it runs (`framework_calls.check_framework_call`: the converter imported once from
+  torchtitan, the recipe function around it bound once).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import ast
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from fp8advisor.errors import ConfigError
 from fp8advisor.frameworks.config_record import (
@@ -32,7 +36,9 @@ from fp8advisor.frameworks.config_record import (
 from fp8advisor.frameworks.filters import matches_filter
 from fp8advisor.frameworks.formats import TORCHTITAN_0_2_EXPERTS_CONVERTER as TORCHTITAN_EXPERTS_CONVERTER
 from fp8advisor.frameworks.formats import ConfigFormat
+from fp8advisor.frameworks.framework_calls import check_arguments, check_framework_call
 from fp8advisor.frameworks.module_rules import substring_or_auto
+from fp8advisor.frameworks.module_scope import ModuleScope
 from fp8advisor.frameworks.python_file import calls_named, parse_python, required_literal, single_call
 from fp8advisor.reading import parse_toml
 from fp8advisor.recipes import Recipe
@@ -60,6 +66,11 @@ TORCHTITAN_EXPERTS_KEYS = frozenset({"fqns"})
 
 #: torchtitan 0.3's converter of MoE grouped experts (torchtitan/components/quantization/float8.py).
 GROUPED_EXPERTS_CONVERTER = "Float8GroupedExpertsConverter.Config"
+
+#: The keywords torchtitan 0.3's `Float8LinearConverter.Config` and `Float8GroupedExpertsConverter.Config`
+#: take (keyword-only dataclasses: any other keyword is a TypeError there).
+TORCHTITAN_PY_FLOAT8_KEYS = frozenset({"model_compile_enabled", "recipe_name", "filter_fqns", "emulate"})
+TORCHTITAN_PY_EXPERTS_KEYS = frozenset({"model_compile_enabled"})
 
 
 def read_torchtitan_toml(path: Path, text: str, default_recipe: Recipe | None) -> FrameworkConfig:
@@ -177,10 +188,13 @@ def _torchtitan_toml_experts(data: dict, converters: tuple[str, ...], path: Path
 def read_torchtitan_py(path: Path, text: str, default_recipe: Recipe | None) -> FrameworkConfig:
     """A torchtitan 0.3 recipe: its Float8LinearConverter.Config and Float8GroupedExpertsConverter.Config."""
     tree = parse_python(path, text)
-    linear = _read_torchtitan_py_linear(path, tree)
+    scope = ModuleScope(tree, path)
+    linear = _read_torchtitan_py_linear(scope)
     if not calls_named(tree, GROUPED_EXPERTS_CONVERTER):
         return replace(linear, converts_experts=False, expert_rule=f"no {GROUPED_EXPERTS_CONVERTER}(...)")
-    single_call(tree, GROUPED_EXPERTS_CONVERTER, path)
+    call = single_call(tree, GROUPED_EXPERTS_CONVERTER, path)
+    check_framework_call(call, scope, "torchtitan", GROUPED_EXPERTS_CONVERTER)
+    _keyword_literals(call, path, GROUPED_EXPERTS_CONVERTER, TORCHTITAN_PY_EXPERTS_KEYS)
     return replace(
         experts_only(linear, "Float8LinearConverter.Config"),
         converts_experts=True,
@@ -188,28 +202,49 @@ def read_torchtitan_py(path: Path, text: str, default_recipe: Recipe | None) -> 
     )
 
 
-def _read_torchtitan_py_linear(path: Path, tree: ast.Module) -> FrameworkConfig:
-    """The nn.Linear part: the keyword literals of `Float8LinearConverter.Config(...)`."""
+def _keyword_literals(call: ast.Call, path: Path, name: str, accepted: frozenset[str]) -> dict[str, Any]:
+    """The keyword literals of torchtitan 0.3's `name(...)` (a keyword-only dataclass: a positional argument,
+    `**kwargs` or a keyword it lacks is refused, as Python would raise or verify could not tell), each bool
+    field checked by type."""
+    check_arguments(call, path, name, 0)
+    values = {kw.arg: required_literal(kw.value, path, f"{name}({kw.arg}=...)") for kw in call.keywords}
+    unknown = sorted(set(values) - accepted)
+    if unknown:
+        raise ConfigError(
+            f"{name}(...) has keywords torchtitan 0.3 rejects: {', '.join(unknown)}",
+            location=f"{path}:{call.lineno}",
+            hint=f"the accepted keywords are {', '.join(sorted(accepted))}",
+        )
+    for key in ("model_compile_enabled", "emulate"):
+        optional_bool(values.get(key), path, f"{name}({key}=...)")
+    return values
+
+
+def _read_torchtitan_py_linear(scope: ModuleScope) -> FrameworkConfig:
+    """The nn.Linear part: the keyword literals of `Float8LinearConverter.Config(...)`, each checked by type
+    (a string filter_fqns is a string there, not torchtitan's command-line "a,b" form)."""
+    path, tree = scope.path, scope.tree
     if not calls_named(tree, "Float8LinearConverter.Config"):
         return fp8_off(ConfigFormat.TORCHTITAN_PY, path, Recipe.ROWWISE, "Float8LinearConverter.Config")
     call = single_call(tree, "Float8LinearConverter.Config", path)
-    if call.args:
-        raise ConfigError(
-            "Float8LinearConverter.Config takes keyword arguments only", location=f"{path}:{call.lineno}"
-        )
-    values = {
-        kw.arg: required_literal(kw.value, path, f"Float8LinearConverter.Config({kw.arg}=...)")
-        for kw in call.keywords
-        if kw.arg is not None
-    }
+    check_framework_call(call, scope, "torchtitan", "Float8LinearConverter.Config")
+    values = _keyword_literals(call, path, "Float8LinearConverter.Config", TORCHTITAN_PY_FLOAT8_KEYS)
     # torchtitan 0.3's Float8LinearConverter.Config defaults recipe_name to "rowwise".
-    recipe = recipe_named(values.get("recipe_name", "rowwise"), path, "Float8LinearConverter.Config")
-    entries = string_list(values.get("filter_fqns"), path, "filter_fqns")
+    named = recipe_named(values.get("recipe_name", "rowwise"), path, "Float8LinearConverter.Config")
+    entries = string_list(values.get("filter_fqns"), path, "Float8LinearConverter.Config(filter_fqns=...)")
     notes: list[str] = []
     compile_enabled = values.get("model_compile_enabled")
     if compile_enabled is not True:
         notes.append("model_compile_enabled is not True: float8 without torch.compile is slower than bf16")
-    rule, factory, rule_notes = substring_or_auto(recipe, entries, auto_passes_linear=False)
+    # torchtitan 0.3: `if cfg.emulate: Float8LinearConfig(emulate=True)`, tensorwise, whatever the recipe name
+    # (which still picks the auto filter's rule).
+    recipe = Recipe.TENSORWISE if values.get("emulate") else named
+    if values.get("emulate") and named is not Recipe.TENSORWISE:
+        notes.append(
+            f"emulate=True: torchtitan 0.3 converts with Float8LinearConfig(emulate=True), tensorwise, not "
+            f"the recipe_name {named.value!r}"
+        )
+    rule, factory, rule_notes = substring_or_auto(named, entries, auto_passes_linear=False)
     notes.extend(rule_notes)
     # torchtitan 0.3 tests Linear.Config in_features/out_features: the same shapes as nn.Linear's weight.
     return FrameworkConfig(
@@ -219,7 +254,7 @@ def _read_torchtitan_py_linear(path: Path, tree: ast.Module) -> FrameworkConfig:
         recipe,
         entries,
         rule,
-        compile_enabled if isinstance(compile_enabled, bool) else None,
+        compile_enabled,
         tuple(notes),
         factory,
     )

@@ -2,8 +2,9 @@
 
 - nemo-automodel: NeMo AutoModel YAML. `fp8.enabled` must be true; recipe_name (null = tensorwise);
   filter_fqns (substring). Unknown keys (a YAML number or null too) are ignored, as NeMo ignores them (and
-  named in `notes`). Each field read is checked by type (`config_record`): a wrong one is a ConfigError
-  naming its key (NeMo tests `enabled` for truth: the string "false" would turn FP8 on there).
+  named in `notes`). Each field read, and each true/false field of FP8Config, is checked by type
+  (`config_record`): a wrong one is a ConfigError naming its key (NeMo tests `enabled` for truth: the string
+  "false" would turn FP8 on there).
 - filter: a bare list of filter_fqns (YAML or JSON; a mapping with `filter_fqns` is accepted too), matched by
   substring with the divisibility rule, as torchtitan, NeMo and torchao's auto filter match it. It names no
   recipe: the caller completes it with `FrameworkConfig.with_recipe`.
@@ -48,6 +49,17 @@ NEMO_FP8_KEYS = frozenset(
 )
 
 
+#: The true/false fields of NeMo's FP8Config besides `enabled`.
+NEMO_FP8_SWITCHES = frozenset(
+    {
+        "enable_fsdp_float8_all_gather",
+        "precompute_float8_dynamic_scale_for_fsdp",
+        "force_recompute_fp8_weight_in_bwd",
+        "emulate",
+    }
+)
+
+
 def load_yaml(path: Path, text: str) -> Any:
     """The YAML document in `text`, read by `reading.parse_yaml`: the safe loader's types, bounded in size
     and depth as its aliases expand (a "billion laughs" file is refused at once); a ConfigError for a file it
@@ -70,6 +82,8 @@ def read_nemo(path: Path, text: str, default_recipe: Recipe | None) -> Framework
     if ignored:
         notes.append(f"NeMo AutoModel ignores unknown fp8 keys: {', '.join(ignored)}")
     enabled = optional_bool(fp8.get("enabled"), path, "fp8.enabled") is True
+    for key in sorted(NEMO_FP8_SWITCHES):  # FP8Config's other booleans: NeMo tests them for truth too
+        optional_bool(fp8.get(key), path, f"fp8.{key}")
     if not enabled:
         notes.append("FP8 is off: fp8.enabled is not true (NeMo AutoModel's default is false)")
     recipe_name = fp8.get("recipe_name")
@@ -128,7 +142,7 @@ def read_filter_list(path: Path, text: str, default_recipe: Recipe | None) -> Fr
         if data.get("recipe") is not None and default_recipe is None:
             recipe = recipe_named(data["recipe"], path, "recipe")
         data = data["filter_fqns"]
-    entries = string_list(data if data is not None else [], path, "the filter list")
+    entries = string_list(data if data is not None else [], path, "the filter list", comma_form=True)
     config = FrameworkConfig(ConfigFormat.FILTER, path, True, None, entries, "", None, ())
     if recipe is not None:
         return config.with_recipe(recipe)
@@ -145,4 +159,4 @@ def _recipe_needed(model: nn.Module | None) -> Predicate:
     raise ValueError("a bare filter list names no recipe: call FrameworkConfig.with_recipe(recipe) first")
 
 
-__all__ = ["NEMO_FP8_KEYS", "load_yaml", "read_filter_list", "read_nemo"]
+__all__ = ["NEMO_FP8_KEYS", "NEMO_FP8_SWITCHES", "load_yaml", "read_filter_list", "read_nemo"]

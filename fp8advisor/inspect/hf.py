@@ -9,6 +9,13 @@ runs a model from a config, and together they cost more than torch itself.
 The config file is read here first (`read_config_file`, through `fp8advisor.reading`), then by transformers,
 always with `trust_remote_code=False`: a config that needs its repository's code is one clear error, and
 transformers never prompts on the terminal (its prompt waits on stdin).
+
+The work of building a model is bounded here too, before transformers reads the config: every size that sets
+how many modules or how wide a tensor transformers makes (layers, widths, experts; at any depth of the config,
+`text_config` included, and in the overrides of `config.json:(key=value)`) must be a whole number within a
+bound no real model comes near (`check_config_sizes`), else one `TargetError` names the key, its value and the
+bound. At the bounds the build ends: widths and experts cost nothing on the meta device, layers about 10 ms
+each (4,096 layers of a small Llama: about 45 s on a busy CPU core; a billion took 44 s to run out of memory).
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -34,14 +41,95 @@ BOM = b"\xef\xbb\xbf"
 #: this process transformers can then neither load a torchao-quantized checkpoint nor shard a model itself.
 UNUSED_PACKAGES = ("torchao", "scipy", "torch_distributed")
 
+#: The most layers a config may ask for: the deepest Transformer published (DeepNet, 2022) has 1,000, the
+#: deepest released LLMs about 130 (Llama 3.1 405B: 126). Building takes about 10 ms a layer on the meta
+#: device.
+MAX_LAYERS = 4_096
+#: The widest size a config may ask for (hidden, intermediate, vocabulary, head sizes and counts): the widest
+#: real ones are under 2^18 (vocabularies: Gemma 3's 262,144; FFNs: Nemotron-4 340B's 73,728).
+MAX_WIDTH = 2**20
+#: The most experts a config may ask for: real MoE models have at most a few hundred (Qwen3-Next: 512).
+MAX_EXPERTS = 65_536
+#: The keys of those sizes, by bound, as transformers' configs (and their nested sub-configs) spell them.
+_LAYER_KEYS = (
+    "num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers", "num_encoder_layers",
+    "decoder_layers", "encoder_layers", "decoder_num_hidden_layers", "num_mtp_layers",
+    "num_nextn_predict_layers",
+)  # fmt: skip
+_WIDTH_KEYS = (
+    "hidden_size", "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
+    "shared_intermediate_size", "ffn_dim", "ffn_hidden_size", "encoder_ffn_dim", "decoder_ffn_dim", "d_model",
+    "d_ff", "d_kv", "n_embd", "n_inner", "embed_dim", "embedding_size", "hidden_dim", "mlp_dim",
+    "vocab_size", "head_dim", "v_head_dim", "qk_nope_head_dim", "qk_rope_head_dim", "kv_lora_rank",
+    "q_lora_rank", "num_attention_heads", "num_key_value_heads", "n_head", "num_heads",
+    "encoder_attention_heads", "decoder_attention_heads",
+)  # fmt: skip
+_EXPERT_KEYS = (
+    "num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts", "n_shared_experts",
+    "num_shared_experts", "moe_num_shared_experts", "num_experts_per_tok", "moe_topk",
+)  # fmt: skip
+_BOUNDS = {
+    **dict.fromkeys(_LAYER_KEYS, (MAX_LAYERS, " layers")),
+    **dict.fromkeys(_WIDTH_KEYS, (MAX_WIDTH, " for a width")),
+    **dict.fromkeys(_EXPERT_KEYS, (MAX_EXPERTS, " experts")),
+}
+#: The sizes every model has at least one of; the others may be 0 in real configs (`num_shared_experts`,
+#: `head_dim` meaning "derived") or null (unset: transformers' default) like any of them.
+_AT_LEAST_ONE = frozenset(
+    ("num_hidden_layers", "n_layer", "n_layers", "hidden_size", "n_embd", "intermediate_size", "vocab_size")
+)
 
-def read_config_file(path: Path, source: str, transformers: ModuleType) -> tuple[dict[str, Any], bool]:
+
+def check_config_sizes(data: Mapping[str, Any], source: str) -> None:
+    """Refuse a config (`source` names it) whose layer count, width or expert count (`_BOUNDS`), at any depth
+    of its sub-configs (lists of them too), is not a whole number (or a list of them) from 0 (1 for
+    `_AT_LEAST_ONE`) up to its bound: one `TargetError` naming the key, its value and the bound, before
+    transformers builds anything (a billion layers ran 44 s to a MemoryError). null is transformers'
+    default."""
+    stack: list[tuple[Mapping[str, Any], str]] = [(data, "")]
+    while stack:  # as deep as `reading.parse_json` let the document be
+        mapping, prefix = stack.pop()
+        for key, value in mapping.items():
+            if key in _BOUNDS:
+                if value is not None:
+                    _check_size(f"{prefix}{key}", value, key in _AT_LEAST_ONE, *_BOUNDS[key], source)
+            elif isinstance(value, Mapping):
+                stack.append((value, f"{prefix}{key}."))
+            elif isinstance(value, list):  # per-layer sub-configs (DeciLM's block_configs)
+                stack.extend(
+                    (item, f"{prefix}{key}[{i}].")
+                    for i, item in enumerate(value)
+                    if isinstance(item, Mapping)
+                )
+
+
+def _check_size(key: str, value: Any, positive: bool, bound: int, what: str, source: str) -> None:
+    for item in value if isinstance(value, list | tuple) else (value,):
+        if isinstance(item, bool) or not isinstance(item, int):
+            problem = "not a whole number"
+        elif item < (1 if positive else 0):
+            problem = "not a positive number" if positive else "negative"
+        elif item > bound:
+            problem = f"more than any model has (at most {bound:,}{what})"
+        else:
+            continue
+        raise TargetError(
+            f"{source}: the config value {key} is {quote(value)}: {problem}",
+            hint=f"give {key} as the model has it: a whole number from {1 if positive else 0} to {bound:,}",
+        )
+
+
+def read_config_file(
+    path: Path, source: str, transformers: ModuleType, overrides: Mapping[str, Any] | None = None
+) -> tuple[dict[str, Any], bool]:
     """The JSON object in the config file at `path` (named `source` in messages), read by
     `fp8advisor.reading` before transformers opens it (a regular file: a pipe is refused, not waited on;
     UTF-8; bounded in size and depth), and whether the file starts with a byte-order mark (`readable_copy`).
     A config whose model code is not in transformers but in the repository (`auto_map` with a `model_type`
     transformers does not know) is refused: fp8advisor never runs a model repository's code, and
-    transformers is never left to ask on the terminal whether to."""
+    transformers is never left to ask on the terminal whether to. A size beyond any real model's, in the
+    file or in `overrides` (the config values of `config.json:(key=value)`), is refused
+    (`check_config_sizes`)."""
     raw = read_bytes(path, "Hugging Face config", error=TargetError, hint="check the path of the config.json")
     data = parse_json(
         decode_text(raw, path, "Hugging Face config", error=TargetError), path, error=TargetError
@@ -60,6 +148,7 @@ def read_config_file(path: Path, source: str, transformers: ModuleType) -> tuple
             hint="give the model's Python file instead (a model.py that builds it), or upgrade transformers "
             "if a newer version knows this model_type",
         )
+    check_config_sizes({**data, **(overrides or {})}, source)
     return data, raw.startswith(BOM)
 
 

@@ -26,6 +26,7 @@ from torch.overrides import TorchFunctionMode
 
 from fp8advisor import compat
 from fp8advisor.errors import TargetError, describe_error, quote
+from fp8advisor.process_exit import ProcessExit, exits_disarmed
 
 if TYPE_CHECKING:
     from fp8advisor.inspect.spec import TargetSpec
@@ -204,22 +205,10 @@ def user_location(path: Path | None, tb: TracebackType | None) -> str | None:
     return found
 
 
-class _ProcessExit(BaseException):
-    """`os._exit(status)` called by the user's code, raised instead of ending the process."""
-
-    def __init__(self, status: int):
-        super().__init__(status)
-        self.status = status
-
-
-def _raise_process_exit(status: int) -> None:
-    raise _ProcessExit(status)
-
-
 def _how_it_ended(error: BaseException) -> str:
     if isinstance(error, SystemExit):
         return f"called sys.exit({quote(error.code)})"
-    if isinstance(error, _ProcessExit):
+    if isinstance(error, ProcessExit):
         return f"called os._exit({error.status!r})"
     return f"raised {describe_error(error)} (a BaseException, which ends a program)"
 
@@ -232,22 +221,23 @@ def running_user_code(source: Path | None, doing: str) -> Iterator[None]:
     - `sys.argv` is the file alone: the command line holds this tool's options, which a model that parses
       its own arguments would reject (argparse ends the process over them).
     - The working directory is the user's again when it returns: a relative path on the command line (`-o
-      fp8.toml`, `--check`) names the file the user meant, not one beside a model that called `os.chdir`.
+      fp8.toml`, `--check`) names the file the user meant, not one beside a model that called `os.chdir`;
+      so are `sys.exit` and the hooks Python reports errors through, should the code have replaced them.
     - Every way the code can end the process short of a signal (`sys.exit`, `os._exit`, any BaseException
       but Ctrl-C) becomes one `TargetError`, so that an exit status of this tool always means the work ran.
 
     `source` is the user's file (for the error's location), `doing` says what ran ("building the model").
     Ordinary exceptions pass through: the callers turn them into errors that say more.
     """
-    saved_argv, saved_exit = sys.argv, os._exit
+    saved_argv = sys.argv
+    saved_enders = {name: getattr(sys, name) for name in ("exit", "excepthook", "unraisablehook")}
     try:
         saved_cwd: str | None = os.getcwd()
     except OSError:  # the working directory was removed: nothing to return to
         saved_cwd = None
     sys.argv = [str(source) if source is not None else "model"]
-    os._exit = _raise_process_exit
     try:
-        with contextlib.redirect_stdout(sys.stderr):
+        with exits_disarmed(), contextlib.redirect_stdout(sys.stderr):  # os._exit raises ProcessExit
             yield
     except (Exception, KeyboardInterrupt):
         raise
@@ -259,7 +249,9 @@ def running_user_code(source: Path | None, doing: str) -> Iterator[None]:
             "`if __name__ == '__main__':`",
         ) from None
     finally:
-        sys.argv, os._exit = saved_argv, saved_exit
+        sys.argv = saved_argv
+        for name, function in saved_enders.items():  # a model that replaced sys.exit cannot end us later
+            setattr(sys, name, function)
         if saved_cwd is not None:
             with contextlib.suppress(OSError):
                 os.chdir(saved_cwd)

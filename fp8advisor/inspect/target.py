@@ -30,8 +30,10 @@ import contextlib
 import difflib
 import importlib.util
 import inspect
+import io
 import re
 import sys
+import tokenize
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -51,7 +53,7 @@ from fp8advisor.inspect.sandbox import (
     user_location_or_file,
 )
 from fp8advisor.inspect.spec import LoadedModel, TargetSpec
-from fp8advisor.reading import read_text
+from fp8advisor.reading import decode_text, read_bytes
 
 FACTORY_NAMES = ("build_model", "build", "get_model", "create_model")
 HF_CONFIG_NAME = "config.json"
@@ -189,10 +191,29 @@ def load_model(
     return _load_python(spec, device, overrides or {})
 
 
+def _python_source(path: Path) -> str:
+    """The text of a Python file as Python reads it: a regular file (a pipe is refused, not waited on), in
+    the encoding its coding declaration names (PEP 263), else UTF-8 without its byte-order mark; no NUL."""
+    data = read_bytes(path, "model file", error=TargetError, hint="check the path of the model file")
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as error:  # an unknown encoding in the declaration, or a BOM that contradicts it
+        raise TargetError(f"cannot read the model file: {error.msg}", location=str(path)) from None
+    if encoding in ("utf-8", "utf-8-sig"):
+        return decode_text(data, path, "model file", error=TargetError)
+    try:
+        source = data.decode(encoding)
+    except UnicodeDecodeError as failure:
+        raise TargetError(
+            f"model file is not {encoding} text, as its coding declaration says (byte {failure.start})",
+            location=str(path),
+        ) from None
+    return decode_text(source.encode("utf-8"), path, "model file", error=TargetError)  # the NUL check
+
+
 def _import_file(spec: TargetSpec) -> ModuleType:
     path = spec.path.resolve()
-    # A regular file (a pipe is refused, not waited on), UTF-8 without its byte-order mark, no NUL byte.
-    source = read_text(spec.path, "model file", error=TargetError, hint="check the path of the model file")
+    source = _python_source(spec.path)
     try:
         code = compile(source, str(path), "exec")
     except SyntaxError as error:
@@ -393,7 +414,7 @@ def _load_hf(spec: TargetSpec, device: torch.device, overrides: dict[str, Any]) 
     source = spec.hub_id or spec.path  # what the user named
     with hf.light_imports():  # the config's and the model's modules, without what building never uses
         transformers = hf.import_transformers()
-        data, has_bom = hf.read_config_file(spec.path, str(source), transformers)
+        data, has_bom = hf.read_config_file(spec.path, str(source), transformers, overrides)
         try:
             with hf.readable_copy(spec.path, data, has_bom) as readable:
                 config = transformers.AutoConfig.from_pretrained(

@@ -109,7 +109,9 @@ def header_problem(header: Any) -> str | None:
     if not isinstance(header.get("run_id"), str):
         return "the header has no run_id"
     device = header.get("device")
-    if not isinstance(device, dict) or not isinstance(device.get("name"), str):
+    if device is not None and not isinstance(device, dict):
+        return f"the header's device is {quote(device)}, not an object with a name"
+    if device is None or not isinstance(device.get("name"), str):
         return "the header has no device name"
     if not isinstance(device.get("emulated", False), bool | None):
         return f"the header's device.emulated is {quote(device.get('emulated'))}, not true or false"

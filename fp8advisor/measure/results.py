@@ -7,6 +7,11 @@ written by `fp8advisor.measure.run_writer` so that a crash can at worst leave a 
 `fp8advisor.reading` (a regular file of bounded size) and each record is checked field by field before it is
 kept (`fp8advisor.measure.result_records`: sizes, times, names, the header's texts, a bounded grid).
 
+One bad file never breaks a directory: a file found by scanning one (`runs_in`, `load_results`) that cannot
+be read at all (binary, empty, torn before its header, another tool's, a pipe, a device or a directory named
+like a run file) is named in a `passed_over` list ("file: why", for the caller to warn of once) and the other
+runs are read; a file the user names is an error (`ResultsError`), and so is a directory left with no run.
+
 Resume: a sweep that finds earlier runs in its output directory measured with the same device name, software
 versions and grid points skips every (M, K, N, recipe) already recorded there, ok or failed, and writes the
 rest to a new run file whose header lists the runs it continues (`"resumes"`). Reading the directory back
@@ -185,9 +190,9 @@ def read_run(path: Path) -> Run:
             problems.append(f"{path}:{number}: {why}")
             torn_line = problems[-1] if torn else None
     if not records or records[0][0] != 1:
+        why = f"line 1 must be a run header with schema {SCHEMA}" if data.strip() else "it is empty"
         raise ResultsError(
-            f"{path} is not an fp8advisor results file (line 1 must be a run header with schema {SCHEMA})",
-            hint=hint,
+            f"the file is not an fp8advisor results file ({why})", location=str(path), hint=hint
         )
     header = records[0][1]
     problem = header_problem(header)
@@ -227,8 +232,8 @@ def _json_reason(error: BaseException) -> str:
 def runs_in(directory: Path, *, problems: list[str] | None = None) -> list[Run]:
     """Every run file in `directory`, oldest first (file names start with the UTC start time); [] if none.
 
-    With a `problems` list, a file that cannot be read at all is named there and passed over (a resume goes
-    on without it); without one it is a `ResultsError`."""
+    With a `problems` list, a file that cannot be read at all is named there ("file: why", `passed_over_line`)
+    and passed over (a resume, a fit go on without it); without one it is a `ResultsError`."""
     directory = Path(directory)
     if not directory.is_dir():
         return []
@@ -239,28 +244,58 @@ def runs_in(directory: Path, *, problems: list[str] | None = None) -> list[Run]:
         except ResultsError as error:
             if problems is None:
                 raise
-            problems.append(f"{path}: not read ({error.message})")
+            problems.append(passed_over_line(path, error))
     return runs
 
 
-def load_results(paths: Sequence[Path | str]) -> list[Run]:
-    """Runs from results files and directories (a directory contributes every `run-*.jsonl` in it)."""
+def passed_over_line(path: Path, error: ResultsError) -> str:
+    """The line naming a results file that a directory scan passes over: "file: why", the file named once."""
+    if error.location:
+        return f"{error.location}: {error.message}"
+    return error.message if str(path) in error.message else f"{path}: {error.message}"
+
+
+def load_results(paths: Sequence[Path | str], *, passed_over: list[str] | None = None) -> list[Run]:
+    """Runs from results files and directories (a directory contributes every `run-*.jsonl` in it).
+
+    A file named in `paths` that cannot be read is a `ResultsError`. A file found in a directory that cannot
+    be read is named in `passed_over` and passed over (without a `passed_over` list: a `ResultsError`); a
+    directory with no run file, or none readable, is a `ResultsError` saying why."""
     runs: list[Run] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found = runs_in(path)
+            unread: list[str] = []
+            found = runs_in(path, problems=unread)
             if not found:
-                raise ResultsError(
-                    f"{path} holds no results files ({RUN_FILE_GLOB})",
-                    hint="run `fp8advisor bench --out DIR` first, or pass the .jsonl files themselves",
-                )
+                raise _no_runs_error(path, unread)
+            if unread and passed_over is None:
+                raise ResultsError(f"a results file cannot be read: {unread[0]}", hint=_REMOVE_HINT)
             runs.extend(found)
+            if passed_over is not None:
+                passed_over.extend(line for line in unread if line not in passed_over)
         elif os.path.lexists(path):
             runs.append(read_run(path))  # not a regular file: `fp8advisor.reading` says what it is
         else:
             raise ResultsError(f"{path} does not exist", hint="pass a results directory or run-*.jsonl file")
     return runs
+
+
+_REMOVE_HINT = "move the file out of the directory (bench writes run files; fit and resume read them)"
+
+
+def _no_runs_error(directory: Path, unread: Sequence[str]) -> ResultsError:
+    """The error of a results directory with no run file (`unread` empty), or none that can be read."""
+    if not unread:
+        return ResultsError(
+            f"{directory} holds no results files ({RUN_FILE_GLOB})",
+            hint="run `fp8advisor bench --out DIR` first, or pass the .jsonl files themselves",
+        )
+    more = f" (and {len(unread) - 1} more)" if len(unread) > 1 else ""
+    return ResultsError(
+        f"{directory} holds no readable results file: {unread[0]}{more}",
+        hint="give the --out directory of bench, or the run-*.jsonl files themselves",
+    )
 
 
 def unreadable_lines(problems: Sequence[str], limit: int = 5) -> str | None:
@@ -312,6 +347,7 @@ __all__ = [
     "grid_point_keys",
     "is_grouped",
     "load_results",
+    "passed_over_line",
     "point_key",
     "point_problem",
     "read_run",

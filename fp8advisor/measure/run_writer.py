@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from fp8advisor.errors import ResultsError
-from fp8advisor.files import write_atomic
+from fp8advisor.files import absolute, write_atomic
 from fp8advisor.json_output import dumps
 from fp8advisor.measure.result_records import SCHEMA, header_problem
 
@@ -56,7 +56,7 @@ class RunWriter:
         self.path = Path(path)
         try:
             # O_APPEND: each write lands at the end even if something else grew the file; one write per line.
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            self._fd = os.open(absolute(self.path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as error:
             raise ResultsError(f"cannot write {self.path}: {error.strerror}") from None
 
@@ -72,7 +72,7 @@ class RunWriter:
             )
         out_dir = Path(out_dir)
         path = out_dir / run_file_name(header["started"], header["run_id"])
-        if path.exists():
+        if absolute(path).exists():
             raise ResultsError(f"{path} already exists", hint="run ids are random; run bench again")
         write_atomic(path, encode_line(header))
         return cls(path)

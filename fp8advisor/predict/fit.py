@@ -13,9 +13,11 @@ leave-one-out error (`grouped_leave_one_out`). Linear and grouped results of one
 into one profile.
 
 What `fit` writes, `suggest` can read: the measurements are checked as they are read (a results line with a
-size or time out of range is left out and named in the notes, a bad table row is an error naming its line),
-pairs whose speedup no profile can hold are left out with a note, and the fitted profile is read back with
-the profile reader before it is returned (`fit_profile`).
+size or time out of range is left out and named in the notes, a bad table row is an error naming its line;
+a results file found in a directory that cannot be read at all is passed over and named in
+`FitReport.passed_over`, one named on its own is an error), pairs whose speedup no profile can hold are left
+out with a note, and the fitted profile is read back with the profile reader before it is returned
+(`fit_profile`).
 """
 
 from __future__ import annotations
@@ -121,6 +123,9 @@ class FitReport:
     sources: tuple[str, ...]
     notes: tuple[str, ...] = field(default=())
     roofline_errors: Mapping[str, FitError | None] = field(default_factory=dict, hash=False)
+    #: Results files found in a directory that could not be read, passed over ("file: why"), for the caller
+    #: to warn of (`fp8advisor.measure.results.load_results`).
+    passed_over: tuple[str, ...] = ()
 
     def to_json(self) -> dict:
         """What `fit --json` prints: the profile's name and error per recipe, the thresholds, the notes."""
@@ -144,6 +149,7 @@ class FitReport:
                 "error": self.profile.grouped.error.to_json() if self.profile.grouped.error else None,
             },
             "notes": list(self.notes),
+            "passed_over": list(self.passed_over),
         }
 
 
@@ -177,13 +183,17 @@ def fit_profile(
     automatically).
 
     `name` must be a plain name (`fields.name_problem`: it names the file `fit` writes, which must stay in
-    the profile directory). The profile returned is one `Profile.from_json` reads back (`_readable`): a
-    field it would refuse (a control character in --source, a --created that makes the name a path) is a
-    `ProfileError` here, before anything is written.
+    the profile directory; a default name made from the device and `created` must be one too: reading
+    accepts wider names, `fields.read_name_problem`, writing only plain ones). The profile returned is one
+    `Profile.from_json` reads back (`_readable`): a field it would refuse (a control character in --source,
+    a --created that makes the name a path) is a `ProfileError` here, before anything is written.
     """
     if name is not None and name_problem(name, "--name") is not None:
         raise ProfileError(name_problem(name, "--name"), hint=_NAME_HINT)
-    measurements = _compatible_measurements(paths, force=force, allow_emulated=allow_emulated)
+    passed_over: list[str] = []
+    measurements = _compatible_measurements(
+        paths, force=force, allow_emulated=allow_emulated, passed_over=passed_over
+    )
     results = [m for m in measurements if m.kind == "results"]
     device = _measured_device(results, device_name, force=force)
     emulated = any(m.emulated for m in measurements)
@@ -232,15 +242,21 @@ def fit_profile(
         sources=tuple(m.source for m in measurements),
         notes=tuple(notes),
         roofline_errors=roofline_errors,
+        passed_over=tuple(passed_over),
     )
 
 
-_NAME_HINT = "name a profile with letters, digits and . _ + - (e.g. --name h100-mine-2026-01)"
+_NAME_HINT = (
+    "name a profile with letters, digits and . _ + -, starting with a letter or a digit "
+    "(e.g. --name h100-mine-2026-01)"
+)
 
 
 def _readable(profile: Profile) -> Profile:
-    """`profile` when its JSON reads back (`dumps_profile` reads what it writes); else a ProfileError that
-    names the field and the option that set it."""
+    """`profile` when its JSON reads back (`dumps_profile` reads what it writes) and its name is a plain name
+    (what `fit` writes: `fields.name_problem`, stricter than the names a profile may be read with; a default
+    name is made from the device and --created); else a ProfileError that names the field and the option
+    that set it."""
     try:
         dumps_profile(profile)
     except ProfileError as error:
@@ -249,14 +265,18 @@ def _readable(profile: Profile) -> Profile:
             hint=f"{_NAME_HINT}; --device, --source, --method, --software and --created are one line of "
             "text each (no control characters)",
         ) from None
+    problem = name_problem(profile.name, "the fitted profile's name (from --device and --created)")
+    if problem is not None:
+        raise ProfileError(problem, hint=f"give --name: {_NAME_HINT}")
     return profile
 
 
 def _compatible_measurements(
-    paths: Sequence[str | Path], *, force: bool, allow_emulated: bool
+    paths: Sequence[str | Path], *, force: bool, allow_emulated: bool, passed_over: list[str]
 ) -> list[Measurements]:
-    """The measurements among `paths`, refused when there is none or they do not belong together."""
-    measurements = load_measurements(paths)
+    """The measurements among `paths`, refused when there is none or they do not belong together; the
+    results files of a directory that cannot be read are named in `passed_over` and passed over."""
+    measurements = load_measurements(paths, passed_over=passed_over)
     if not measurements:
         raise ResultsError(
             "no results found in " + ", ".join(map(str, paths)), hint="run `fp8advisor bench` first"

@@ -252,8 +252,13 @@ def _left_out_notes(group: Sequence) -> tuple[str, ...]:
     return notes
 
 
-def load_measurements(paths: Sequence[str | Path]) -> list[Measurements]:
-    """Every source among PATHS: `.csv` files are speedup tables; other files and directories are results."""
+def load_measurements(
+    paths: Sequence[str | Path], *, passed_over: list[str] | None = None
+) -> list[Measurements]:
+    """Every source among PATHS: `.csv` files are speedup tables; other files and directories are results.
+
+    A results file found in a directory that cannot be read is named in `passed_over` and passed over
+    (`measure.results.load_results`; without the list, an error); a file named in PATHS is an error."""
     tables, results = [], []
     for raw in paths:
         path = Path(raw)
@@ -264,7 +269,7 @@ def load_measurements(paths: Sequence[str | Path]) -> list[Measurements]:
         (tables if path.suffix.lower() == ".csv" else results).append(path)
     measurements = [read_speedup_table(path) for path in tables]
     if results:
-        runs = load_results(results)
+        runs = load_results(results, passed_over=passed_over)
         grid_runs = [run for run in runs if not run.in_context]
         if runs and not grid_runs:
             raise ResultsError(

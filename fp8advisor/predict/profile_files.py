@@ -7,15 +7,22 @@ UTF-8, JSON of bounded depth) and checks every field (`Profile.from_json`); a fi
 why and where (`ProfileError`). A file the user names (`load_profile`) that is bad is an error; in a
 directory scan (`profiles_in`) a bad file is named in a `passed_over` list and skipped, for the caller to
 say once.
+
+Names: what `fit` writes is a plain name (`profile_path_for`, `fields.name_problem`: letters, digits and
+`._+-`); what is read, a profile's `name` field and a `--profile NAME` looked up in a profile directory
+(`load_profile`), is any safe name (`fields.read_name_problem`: printable, bounded, no path separator, not
+`.`/`..`, not starting with `-`), so that profiles named by older versions (`my h100 (table)`) still read
+and `<name>.json` stays inside its directory.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 
 from fp8advisor.errors import ProfileError, quote
-from fp8advisor.fields import name_problem
+from fp8advisor.fields import name_problem, read_name_problem
 from fp8advisor.paths import PROFILES_DIR
 from fp8advisor.predict.profile import SCHEMA, Profile, dumps_profile
 from fp8advisor.reading import MAX_INPUT_BYTES, check_regular_file, decode_text, parse_json, read_text
@@ -100,15 +107,16 @@ def list_profiles(*, include_user: bool = True, passed_over: list[str] | None = 
 
 
 def load_profile(name_or_path: str | Path) -> Profile:
-    """A profile by path, or by name (a user profile of that name first, then a shipped one). A file named
-    this way is an error when it is not a readable profile (a directory scan passes over such a file)."""
+    """A profile by path, or by name (a user profile of that name first, then a shipped one; any safe name,
+    `fields.read_name_problem`, not only a plain one). A file named this way is an error when it is not a
+    readable profile (a directory scan passes over such a file)."""
     text = str(name_or_path)
     candidate = Path(name_or_path).expanduser()
     if (
         candidate.suffix == ".json"
         or os.sep in text
         or (os.altsep and os.altsep in text)
-        or candidate.exists()
+        or os.path.exists(candidate)  # False, not an error, for a name too long or holding a NUL
     ):
         if not os.path.lexists(candidate):
             raise ProfileError(
@@ -116,7 +124,7 @@ def load_profile(name_or_path: str | Path) -> Profile:
                 hint="give a path to a profile JSON, or a name from `fp8advisor fit` / data/profiles",
             )
         return read_profile_file(candidate)
-    problem = name_problem(text, "a profile name")
+    problem = read_name_problem(text, "a profile name")  # a safe name: <name>.json stays in its directory
     if problem is not None:
         raise ProfileError(
             f"no profile named {quote(text)}: {problem}",
@@ -124,14 +132,15 @@ def load_profile(name_or_path: str | Path) -> Profile:
         )
     for directory in (user_profile_dir(), shipped_profile_dir()):
         path = directory / f"{text}.json"
-        if path.exists():
+        if os.path.exists(path):  # a safe name may still be too long for a file name: not found
             return read_profile_file(path)
     known = sorted(
         {
-            path.stem
+            shlex.quote(path.stem)  # as --profile takes it; a file name no --profile takes is not listed
             for directory in (user_profile_dir(), shipped_profile_dir())
             if directory.is_dir()
             for path in directory.glob("*.json")
+            if read_name_problem(path.stem) is None
         }
     )
     raise ProfileError(f"no profile named {quote(text)}", hint=f"known profiles: {', '.join(known)}")
@@ -139,11 +148,14 @@ def load_profile(name_or_path: str | Path) -> Profile:
 
 def profile_path_for(name: str, directory: Path | None = None) -> Path:
     """Where `fit` writes the profile `name` by default: `<directory or user_profile_dir()>/<name>.json`;
-    a name that is not a plain name (a path separator, `..`, a control character) is a `ProfileError`, so
-    the file is always inside that directory."""
+    a name that is not a plain name (`fields.name_problem`: a space, a path separator, `..`, a control
+    character) is a `ProfileError`, so the file is always inside that directory and has a plain name."""
     problem = name_problem(name, "the profile name")
     if problem is not None:
-        raise ProfileError(problem, hint="name it with letters, digits and . _ + - (fit --name NAME)")
+        raise ProfileError(
+            problem,
+            hint="name it with letters, digits and . _ + -, starting with a letter or a digit (--name NAME)",
+        )
     return (directory or user_profile_dir()) / f"{name}.json"
 
 

@@ -5,9 +5,11 @@ name is written into generated config headers and its texts are printed. So ever
 reading, before anything uses it (`check_profile_document`, called by `Profile.from_json`), with the rules of
 `fp8advisor.fields`:
 
-- `name`: a plain name (it is also a file name: `fit` writes `<name>.json`); `provenance`: one of
-  `PROVENANCES`; `source`, `created`, `method`, the device's `name` and `family`, the software versions, the
-  texts of a recipe's `model` and of its `error`: free text without control characters, of bounded length.
+- `name`: a safe name (`fields.read_name_problem`: printable, bounded, no path separator, not `.`/`..`, not
+  starting with `-`; wider than the plain name `fit` writes, so that profiles named by older versions, such
+  as `my h100 (table)`, still read); `provenance`: one of `PROVENANCES`; `source`, `created`, `method`, the
+  device's `name` and `family`, the software versions, the texts of a recipe's `model` and of its `error`:
+  free text without control characters, of bounded length.
 - sizes (M, K, N; E, M_per_expert): positive integers up to `fields.MAX_SIZE`; speedups: finite, within
   [`MIN_SPEEDUP`, `MAX_SPEEDUP`]; times: within [`fields.MIN_TIME_S`, `fields.MAX_TIME_S`] or absent;
   errors: finite and non-negative (up to `MAX_RELATIVE_ERROR`), `sign_accuracy` a fraction, `n` a count;
@@ -31,8 +33,8 @@ from fp8advisor.fields import (
     at,
     integer_problem,
     is_real,
-    name_problem,
     number_problem,
+    read_name_problem,
     size_problem,
     text_problem,
     time_problem,
@@ -94,7 +96,7 @@ def _outline_problem(data: dict) -> str | None:
 
 def _document_problems(data: dict) -> Iterator[str]:
     """What is wrong with the fields of a profile document, in document order (the first is reported)."""
-    problem = name_problem(data["name"], "name") or _provenance_problem(data["provenance"], "provenance")
+    problem = read_name_problem(data["name"], "name") or _provenance_problem(data["provenance"], "provenance")
     texts = {"source": LONG_TEXT_CHARS, "created": SHORT_TEXT_CHARS, "method": LONG_TEXT_CHARS}
     for key, limit in texts.items():
         problem = problem or (text_problem(data[key], key, limit) if key in data else None)

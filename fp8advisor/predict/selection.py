@@ -5,15 +5,18 @@ roofline profile of the same GPU, which answers for the recipes the primary prof
 The order (the user's own, then shipped; measured before published before modelled; the shipped H100 profile
 for a GPU without one) is `select_profile`'s docstring. Each profile directory is read once per selection;
 a file in it that is not a readable profile is passed over and named in `ProfileChoice.passed_over`, for the
-caller to warn about; a profile the user names (--profile, --grouped-profile) that is bad is an error.
+caller to warn about; a profile the user names (--profile, --grouped-profile) that is bad is an error. A
+profile is named by any safe name (`fields.read_name_problem`, through `load_profile` and the profile
+reader): names that older versions of `fit` wrote, such as `my h100 (table)`, are read and picked.
 """
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from fp8advisor.errors import ProfileError
+from fp8advisor.errors import ProfileError, quote
 from fp8advisor.gpus import gpu_family
 from fp8advisor.predict.figures import PROVENANCE_RANK
 from fp8advisor.predict.grouped_profile import GroupedProfile
@@ -172,7 +175,7 @@ def load_grouped_profile(name_or_path: str | Path) -> Profile:
     profile = load_profile(name_or_path)
     if profile.grouped is None:
         raise ProfileError(
-            f"profile {profile.name!r} has no grouped expert GEMM figures",
+            f"profile {quote(profile.name)} has no grouped expert GEMM figures",
             hint="give --grouped-profile a profile `fit` made from `bench --grouped` results",
         )
     return profile
@@ -184,8 +187,9 @@ def _requested_profile(name_or_path: str | Path) -> Profile:
     profile = load_profile(name_or_path)
     if not profile.recipes and profile.grouped is not None:
         raise ProfileError(
-            f"profile {profile.name!r} is a grouped-only profile (MoE expert GEMMs, no Linear recipe)",
-            hint=f"pass it as --grouped-profile {name_or_path} (the Linear profile is then chosen as usual)",
+            f"profile {quote(profile.name)} is a grouped-only profile (MoE expert GEMMs, no Linear recipe)",
+            hint=f"pass it as --grouped-profile {shlex.quote(str(name_or_path))} (the Linear profile is then "
+            "chosen as usual)",
         )
     return profile
 
