@@ -66,7 +66,7 @@ def _hostile_model(directory: Path) -> str:
     """A model file in a folder whose name holds shell and Python code, with layers named by `HOSTILE` (too
     narrow to pay in float8: the advice keeps them in bf16, so every format writes their names) and one
     layer that pays."""
-    folder = directory / "models $(touch PWNED-shell) `touch PWNED-tick`; 'q' \"d\" \"\"\" \\x \\ # [/x]"
+    folder = directory / 'models $(touch PWNED-shell) `touch PWNED-tick`; \'q\' "d" """ \\x \\ # [/x]'
     folder.mkdir(parents=True)  # "[/x]": a folder "... [" holding "x]"
     model = folder / "model.py"
     names = [name.replace(".", "_") for name in HOSTILE if "\x00" not in name]
@@ -623,3 +623,17 @@ def test_an_exit_handler_that_never_returns_is_stopped():
         time.sleep(30)
     assert time.monotonic() - started < 5
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_the_fuzz_script_holds_cases_of_every_class_of_the_issue():
+    """benchmarks/fuzz.py (issue 25's rerunnable check) still loads, with cases in each of its 10 classes."""
+    listed = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parents[1] / "benchmarks" / "fuzz.py"), "--list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split() for line in listed.stdout.splitlines()]
+    classes = {int(row[0]) for row in rows if len(row) >= 3 and row[0].isdigit()}  # "CLASS NAME EXPECTS"
+    assert classes == set(range(1, 11))
