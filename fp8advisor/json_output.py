@@ -8,8 +8,8 @@ JSON parser but Python's accepts (`jq`, JavaScript, Go and Rust refuse the whole
   own files refuse figures out of their range before anything is computed from them (`fp8advisor.fields`,
   `fp8advisor.predict.profile_schema`), so a null in a printed document means a figure that overflowed,
   never a made-up value;
-- tuples are written as lists, and any other value JSON cannot hold is a `TypeError` (a bug of ours, with
-  its traceback);
+- tuples are written as lists, and any other value JSON cannot hold is a `TypeError` (a bug of ours: the
+  CLI says so, exit 70, and shows its traceback with --debug);
 - strings keep JSON's own escapes: every control character is written as `\\uXXXX` (with `ensure_ascii`,
   the default, every non-ASCII character too), so a printed document is one inert text on a terminal.
 
