@@ -48,7 +48,7 @@ def _set_exit(function) -> None:
 def _warn(where: str, error: BaseException | None) -> None:
     status = getattr(error, "status", None)
     with contextlib.suppress(Exception):
-        sys.stderr.write(f"warning: {visible(where)} called os._exit({status!r}): ignored, the run goes on\n")
+        sys.stderr.write(f"warning: {visible(where)} called os._exit({status!r}): ignored\n")
 
 
 def _thread_hook(previous):

@@ -255,8 +255,9 @@ def _each_call_bounded(seconds: float):
 
 
 def _exit_handler_warning(previous: Callable) -> Callable:
-    """The unraisable hook while the `atexit` handlers run: a handler that tries to end the process, or
-    fails, is one warning line naming it (the whole traceback with --debug), never a traceback of its own."""
+    """The unraisable hook while the `atexit` handlers run: a handler that calls sys.exit, runs too long or
+    fails is one warning line naming it (the whole traceback with --debug), never a traceback of its own. One
+    that calls `os._exit` is warned about by `process_exit`'s own hook, installed inside this one."""
 
     def hook(unraisable) -> None:
         if state.debug:
@@ -268,8 +269,6 @@ def _exit_handler_warning(previous: Callable) -> Callable:
             what = "called sys.exit at exit: ignored, the exit status stays"
         elif issubclass(kind, _ExitHandlerTimeout):
             what = f"ran past {EXIT_HANDLER_SECONDS:g} s at exit: stopped"
-        elif not issubclass(kind, Exception):  # os._exit, disarmed here or by running_user_code
-            what = "tried to end the process at exit (os._exit): ignored, the exit status stays"
         else:
             error = unraisable.exc_value
             what = f"failed at exit: {describe_error(error) if error is not None else kind.__name__}"

@@ -7,7 +7,8 @@
   torchao           Python: `convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(
                     ...), module_filter_fn=module_filter_fn)`, and for grouped MoE experts `quantize_` with
                     torchao's Float8TrainingOpConfig.
-  filter            the bare filter_fqns list: YAML (default), or JSON when the output file ends in .json.
+  filter            the filter_fqns list: YAML (default), or a JSON object with the header when the output
+                    file ends in .json.
 
 The substring formats (nemo-automodel, filter) carry `Advice.filter_fqns`, proven by simulation to convert the
 advised set (or the safe subset when no list can be exact). The two Python formats carry an exact filter: a
@@ -19,8 +20,6 @@ AutoModel `fp8: enabled: false`, accelerate `mixed_precision="bf16"`, torchao wi
 
 from __future__ import annotations
 
-import json
-
 import yaml
 
 from fp8advisor.advice.records import Advice
@@ -28,6 +27,7 @@ from fp8advisor.emit.experts import converted_expert_modules, pads_inner_dim
 from fp8advisor.emit.header import FP8_OFF_NOTE
 from fp8advisor.emit.syntax import comment, quoted, string_list_lines
 from fp8advisor.frameworks.formats import ConfigFormat
+from fp8advisor.json_output import dumps
 from fp8advisor.request import SuggestRequest
 
 
@@ -189,8 +189,8 @@ def filter_json(advice: Advice, header: list[str]) -> str:
     on the file's first line, which is how `fp8advisor.files.is_generated_config` knows the file) and
     `header` (the rest, the check command with it), then `recipe` and `filter_fqns`."""
     rest = {"header": header[1:], "recipe": advice.recipe.value, "filter_fqns": list(advice.filter_fqns)}
-    members = json.dumps(rest, indent=2)  # "{\n  ...\n}": the first line is replaced below
-    return f'{{"generated_by": {json.dumps(header[0])},\n{members[2:]}\n'
+    members = dumps(rest, indent=2)  # "{\n  ...\n}": the first line is replaced below
+    return f'{{"generated_by": {dumps(header[0])},\n{members[2:]}\n'
 
 
 def nemo_automodel_off(header: list[str], _request: SuggestRequest) -> str:
