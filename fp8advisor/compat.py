@@ -1,11 +1,11 @@
-"""The private torch and torchao names fp8advisor relies on, in one place.
+"""The private torch and torchao names fp8advisor relies on, in one place (and the GPU checks of the training
+frameworks that `verify` lifts to run their own conversion on the CPU). torch and torchao move their internals
+between releases; when one of these breaks, this is the only file to change. Each function or constant says
+what it stands for and why nothing public does the job.
 
-torch and torchao move their internals between releases; when one of these breaks, this is the only file to
-change. Each function or constant says what it stands for and why nothing public does the job.
-
-Nothing is looked up when this module is imported, only when a function is called: `layers` and `suggest`
-must not pay for torch._dynamo or torchao's heavy modules. A name that has moved raises `CompatError`, one
-message naming the installed version and the missing name, unless a docstring says how the caller degrades.
+Nothing is looked up at import, only when a function is called (`layers` and `suggest` must not pay for
+torch._dynamo or torchao's heavy modules). A moved name raises `CompatError` naming the version and the name,
+unless a docstring says how the caller degrades.
 """
 
 from __future__ import annotations
@@ -40,9 +40,8 @@ CACHE_COUNTERS = {
     "autograd_cache_bypass": ("aot_autograd", "autograd_cache_bypass"),
 }
 
-#: The loggers that warn while torchao is first imported: torchao's own (its optional C extensions, absent
-#: from a CPU wheel) and torch's pytree registry (`torch.utils._pytree`, on torchao's enum constants). Their
-#: names are the only handle; should one be renamed, the warnings come back and nothing else changes.
+#: The loggers that warn while torchao is first imported: torchao's own (its optional C extensions, not in
+#: a CPU wheel) and torch's pytree registry (on torchao's enum constants). Their names are the only handle.
 TORCHAO_IMPORT_LOGGERS = ("torchao", "torch.utils._pytree")
 
 #: The attribute where a wrapper made by `torch._disable_dynamo` caches the function it calls; a function that
@@ -476,6 +475,55 @@ def compute_error(reference: Any, actual: Any) -> Any:
     return _require("torchao.float8.float8_utils", "compute_error")(reference, actual)
 
 
+# --- the frameworks' own float8 conversion on the CPU (verify): only their GPU checks lifted ---------------
+@contextlib.contextmanager
+def _checks_answer_true(module: str, names: tuple[str, ...], optional: tuple[str, ...] = ()) -> Iterator:
+    """`module`'s functions `names` (and `optional` where present) answer True while open; they and
+    `torch._inductor.config.emulate_precision_casts` (set process-wide for rowwise) are put back after."""
+    loaded, inductor = _import(module), _import("torch._inductor.config")
+    checks = {name: _require(module, name) for name in names}
+    checks |= {name: getattr(loaded, name) for name in optional if hasattr(loaded, name)}
+    before = inductor.emulate_precision_casts
+    try:
+        for name in checks:
+            setattr(loaded, name, lambda *args, **kwargs: True)
+        yield
+    finally:
+        for name, check in checks.items():
+            setattr(loaded, name, check)
+        inductor.emulate_precision_casts = before
+
+
+def nemo_fp8_on_cpu() -> contextlib.AbstractContextManager:
+    """NeMo AutoModel's fp8 (0.7.0) on the CPU: its private `_has_cuda_capability` (SM89) answers True."""
+    return _checks_answer_true("nemo_automodel.components.quantization.fp8", ("_has_cuda_capability",))
+
+
+def torchtitan_fp8_on_cpu() -> contextlib.AbstractContextManager:
+    """torchtitan's float8 converters (0.2.2, 0.3.0) on the CPU: the `has_cuda_capability` (and 0.3's
+    `has_rocm_capability`) of their module, which refuse below SM89, answer True."""
+    float8 = "torchtitan.components.quantization.float8"
+    return _checks_answer_true(float8, ("has_cuda_capability",), ("has_rocm_capability",))
+
+
+@contextlib.contextmanager
+def accelerate_state_isolated() -> Iterator[None]:
+    """An empty accelerate state while open (the private `_shared_state` of accelerate.state's PartialState,
+    AcceleratorState, GradientState), the process's own after; `check_cuda_fp8_capability` answers True."""
+    names = ("PartialState", "AcceleratorState", "GradientState")
+    states = [_require("accelerate.state", name)._shared_state for name in names]
+    saved = [dict(state) for state in states]
+    with _checks_answer_true("accelerate.state", ("check_cuda_fp8_capability",)):
+        for state in states:
+            state.clear()
+        try:
+            yield
+        finally:
+            for state, before in zip(states, saved, strict=True):
+                state.clear()
+                state.update(before)
+
+
 # --- grouped expert GEMMs (bench --grouped) -----------------------------------------------------------------
 
 
@@ -535,6 +583,7 @@ __all__ = [
     "SLEEP_KERNEL_MARKER",
     "TESTED_WITH",
     "TORCHAO_IMPORT_LOGGERS",
+    "accelerate_state_isolated",
     "aten_op",
     "auto_filter_copy_matches_installed",
     "auto_filter_for_recipe",
@@ -560,10 +609,12 @@ __all__ = [
     "installed_torchao_version",
     "quantize_grouped_experts",
     "is_device_record",
+    "nemo_fp8_on_cpu",
     "op_schema",
     "parse_to",
     "raise_recompile_limit",
     "scaled_mm",
     "storage_address",
     "torch_dispatch_mode",
+    "torchtitan_fp8_on_cpu",
 ]

@@ -4,11 +4,22 @@ what `verify` advises with.
 `SuggestRequest` holds each setting once, with its one default, and refuses (`AdvisorError`, exit 2) a value
 no run could have, however the request is built (the CLI, a config's header, `verify` merging the two):
 `--batch` and `--seq` below 1, a degree (`--tp`, `--ep`) below 1 or above `MAX_DEGREE`, a `--min-speedup`
-that is not a finite number in (0, `MAX_MIN_SPEEDUP`]. The checks that need the model (a degree larger than
-a layer, an `--ep` that does not divide E) are `advise`'s. The CLI builds it from `suggest`'s options;
-the writer (`fp8advisor.emit`) turns it into the regenerate command of a config's header (`command_words`);
-the reader (`fp8advisor.frameworks.header.read_header`) turns that command back into a request
-(`from_command`); `verify` merges its own command line with the header's request (`merge_with_header`).
+that is not a finite number in (0, `MAX_MIN_SPEEDUP`], an `--expert-imbalance` below 1. The checks that need
+the model (a degree larger than a layer, an `--ep` that does not divide E) are `advise`'s; that float8
+all-gather needs tensorwise is `advice.step.StepConfig.check`'s (with "auto", `suggest` chooses among
+tensorwise alone).
+
+Every setting that changes what a written file holds is here, so that its check command regenerates it and
+`verify` advises with it: the advice's settings, `--expert-imbalance` (the MoE notes state the speedup
+range it gives) and `--float8-all-gather` (a flag: the files write FSDP's float8 all-gather switch). The
+step model's other options (`--world-size`, `--ac`, `--grad-accum`, `--gpu`) change only the printed step:
+the profile `--gpu` chose is pinned by name.
+
+The CLI builds it from `suggest`'s options; the writer (`fp8advisor.emit`) turns it into the regenerate
+command of a config's header (`command_words`: a flag alone, only when on); the reader
+(`fp8advisor.frameworks.header.read_header`) turns that command back into a request (`from_command`: a
+command written before a setting existed reads it as its default); `verify` merges its own command line with
+the header's request (`merge_with_header`).
 """
 
 from __future__ import annotations
@@ -87,7 +98,11 @@ OPTIONS = {
     "measured": "--measured",
     "expert_parallel": "--ep",
     "grouped_profile": "--grouped-profile",
+    "expert_imbalance": "--expert-imbalance",
+    "float8_all_gather": "--float8-all-gather",
 }
+#: The settings that are flags: the option alone means True, and is left out when False.
+FLAGS = frozenset({"float8_all_gather"})
 #: The order in which the regenerate command names them (files already written keep it).
 _COMMAND_ORDER = (
     "batch",
@@ -98,6 +113,8 @@ _COMMAND_ORDER = (
     "min_speedup",
     "tensor_parallel",
     "expert_parallel",
+    "expert_imbalance",
+    "float8_all_gather",
     "measured",
 )
 
@@ -117,6 +134,8 @@ class SuggestRequest:
     measured: str | None = None  # --measured: in-context results; None: found automatically, or none
     expert_parallel: int = 1  # --ep: the routed experts are decided per GPU (E / P experts)
     grouped_profile: str | None = None  # --grouped-profile; None: found automatically, or none
+    expert_imbalance: float = 1.0  # MoE: the busiest expert's rows over the mean (1.0: balanced routing)
+    float8_all_gather: bool = False  # FSDP all-gathers the converted weights in float8 (tensorwise only)
 
     def __post_init__(self) -> None:
         """Refuse a value no run could have (the module docstring), whoever built the request."""
@@ -125,6 +144,9 @@ class SuggestRequest:
         check_min_speedup(self.min_speedup)
         check_degree("--tp", self.tensor_parallel)
         check_degree("--ep", self.expert_parallel)
+        check_expert_imbalance(self.expert_imbalance)
+        if not isinstance(self.float8_all_gather, bool):
+            raise AdvisorError(f"--float8-all-gather is a flag, not {quote(self.float8_all_gather)}")
 
     def command_words(
         self,
@@ -155,7 +177,9 @@ class SuggestRequest:
         words = ["fp8advisor", "suggest", self.target]
         for name in _COMMAND_ORDER:
             value = getattr(pinned, name)
-            if name in ("batch", "seq", "recipe") or (value is not None and value != _DEFAULTS[name]):
+            if name in FLAGS:
+                words += [OPTIONS[name]] if value else []
+            elif name in ("batch", "seq", "recipe") or (value is not None and value != _DEFAULTS[name]):
                 words += [OPTIONS[name], _shown(value)]
         words += ["--format", format_name]
         if output is not None:
@@ -177,6 +201,7 @@ class SuggestRequest:
             return None
         if words[:2] != ["fp8advisor", "suggest"] or len(words) < 3:
             return None
+        # a flag is followed by the next option, which it does not consume: read as True below
         options = {
             word: value for word, value in zip(words, words[1:], strict=False) if word.startswith("--")
         }
@@ -186,9 +211,9 @@ class SuggestRequest:
             for option, value in options.items():
                 if option in by_option:
                     name = by_option[option]
-                    values[name] = _TYPES[name](value)
+                    values[name] = True if name in FLAGS else _TYPES[name](value)
             request = cls(target=words[2], **values)
-        except (ValueError, AdvisorError):
+        except (ValueError, TypeError, AdvisorError):
             return None
         return request, frozenset(values), options.get("--format")
 
@@ -221,6 +246,20 @@ def _shown(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def check_expert_imbalance(value: Any) -> float:
+    """`--expert-imbalance` as a finite number >= 1 (1.0: balanced routing), or one `AdvisorError`."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        number = math.nan
+    if isinstance(value, bool) or not (math.isfinite(number) and number >= 1.0):
+        raise AdvisorError(
+            f"--expert-imbalance must be a number >= 1.0, not {quote(value)}",
+            hint="the busiest expert's rows over the mean: 1.0 is balanced routing, e.g. 1.5",
+        )
+    return number
+
+
 _DEFAULTS = {field.name: field.default for field in fields(SuggestRequest)}
 _TYPES = {
     "batch": int,
@@ -232,6 +271,7 @@ _TYPES = {
     "tensor_parallel": int,
     "expert_parallel": int,
     "measured": str,
+    "expert_imbalance": float,
 }
 
 __all__ = [
@@ -241,9 +281,11 @@ __all__ = [
     "DEFAULT_SEQ",
     "MAX_DEGREE",
     "MAX_MIN_SPEEDUP",
+    "FLAGS",
     "OPTIONS",
     "SuggestRequest",
     "check_degree",
+    "check_expert_imbalance",
     "check_min_speedup",
     "check_positive_int",
 ]

@@ -688,7 +688,7 @@ def _line_of(text: str, fragment: str) -> int:
 #: The torchao call as `suggest` writes it, in `convert_model`.
 CALL_BLOCK = (
     "    convert_to_float8_training(\n        model,\n"
-    '        config=Float8LinearConfig.from_recipe_name("rowwise"),\n'
+    "        config=FLOAT8_CONFIG,\n"
     "        module_filter_fn=module_filter_fn,\n    )\n"
 )
 INDENTED_CALL = "    " + CALL_BLOCK.replace("\n    ", "\n        ")

@@ -345,13 +345,15 @@ def test_a_layer_missing_a_part_cannot_be_named():
     assert "layers.2.attention.wk" in caught.value.message
 
 
-def test_verify_refuses_a_megatron_file(tmp_path):
+def test_read_config_refuses_a_megatron_file_and_points_to_verify(tmp_path):
+    """The torchao reader cannot read a Megatron precision config; `verify` checks it on its own path
+    (`verification.megatron_check`, tests/test_verify_megatron.py)."""
     advice = _advice(_model(), BY_SIZE)
     path = write(tmp_path / "precision.yaml", render(advice, "megatron", REQUEST))
     assert configs.detect_framework(path, path.read_text()) is ConfigFormat.MEGATRON
-    with pytest.raises(ConfigError, match="Megatron-Core precision config: verify cannot check it") as caught:
+    with pytest.raises(ConfigError, match="Megatron-Core precision config") as caught:
         configs.read_config(path)
-    assert "--format megatron --check" in caught.value.hint
+    assert "fp8advisor verify TARGET --config" in caught.value.hint
 
 
 def test_positional_flags_minimise_predicted_time_not_disagreements():

@@ -234,14 +234,10 @@ def test_torchtitan_py_from_0_2_names_warns_and_suggests_the_registry_target(fak
     assert "torchtitan 0.2's Linear names" not in result.stdout  # the file is the config alone
 
 
-def test_torchtitan_toml_from_0_3_names_warns(fake_world):
+def test_torchtitan_toml_from_a_0_3_registry_model_is_refused(fake_world):
     result = runner.invoke(app, ["suggest", LLAMA3_8B, "--recipe", "rowwise", "--format", "torchtitan-toml"])
-    assert result.exit_code == 0, result.output
-    assert (
-        "warning: this model has torchtitan 0.3's Linear names (attention.qkv_linear.wqkv and the head"
-        in (result.stderr)
-    )
-    assert "--format torchtitan-toml is for torchtitan 0.2.x" in result.stderr
+    assert result.exit_code == 2, result.output  # its names are the installed torchtitan's: known
+    assert "--format torchtitan-toml is torchtitan 0.2.x's job config" in " ".join(result.stderr.split())
     same = runner.invoke(app, ["suggest", "llama02.py", "--recipe", "rowwise", "--format", "torchtitan-toml"])
     assert same.exit_code == 0 and "Linear names" not in same.stderr
 
@@ -256,7 +252,7 @@ def test_names_look_like():
     hf = ["model.layers.0.self_attn.q_proj", "model.layers.0.mlp.gate_proj", "lm_head"]
     assert titan.names_look_like(hf) is None
     assert (
-        titan.names_look_like(["blocks.0.attention.wq", "output"]).head is None
+        titan.names_look_like(["blocks.0.attention.wq", "blocks.0.attention.wk", "output"]).head is None
     )  # no feed_forward.w1: not torchtitan
     assert titan.llama3_flavor(llama_layers(32).layers) == "8B"
     assert titan.llama3_flavor(llama_layers(3).layers) == "FLAVOR"  # no llama3 flavor is 3 blocks deep

@@ -140,7 +140,9 @@ def test_python_filter_runs_only_with_trust_config(tiny, tmp_path):
     assert "PASS" in trusted.output
 
 
-def test_megatron_precision_config_is_refused_clearly(tiny, tmp_path):
+def test_megatron_precision_config_for_a_model_megatron_cannot_name_is_refused_clearly(tiny, tmp_path):
+    """verify checks a Megatron precision config (tests/test_verify_megatron.py); the tiny model's Linear
+    layers have no Megatron module names: one clear error, exit 2."""
     path = tmp_path / "precision.yaml"
     path.write_text(
         "configs:\n  bf16:\n    transformer_engine_config_type: TEQuantizationParams\n"
@@ -149,7 +151,7 @@ def test_megatron_precision_config_is_refused_clearly(tiny, tmp_path):
     )
     result = invoke(tiny, "--config", str(path))
     assert result.exit_code == 2, result.output
-    assert "Megatron-Core precision config: verify cannot check it" in " ".join(result.output.split())
+    assert "--format megatron cannot name" in " ".join(result.output.split())
     assert "Traceback" not in result.output
 
 

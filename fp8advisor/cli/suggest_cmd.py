@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import typer
 from rich.text import Text
 
 from fp8advisor.advice.decide import advise
-from fp8advisor.advice.experts import check_expert_imbalance
 from fp8advisor.advice.linears import default_predictor
 from fp8advisor.advice.records import Advice
 from fp8advisor.cli.application import command, console, err_console, warn_passed_over
@@ -18,6 +17,7 @@ from fp8advisor.cli.terminal import plain
 from fp8advisor.emit.config_file import (
     check,
     check_format_recipe,
+    check_format_target,
     format_warnings,
     leaves_fp8_off,
     read_committed,
@@ -157,16 +157,17 @@ def suggest(
         measured=measured,
         expert_parallel=expert_parallel,
         grouped_profile=grouped_profile,
+        expert_imbalance=expert_imbalance,
+        float8_all_gather=float8_all_gather,
     )
     if recipe != AUTO:
         parse_recipe(recipe)  # a clear error before the model is built
-    expert_imbalance = check_expert_imbalance(expert_imbalance)
     step_config = _step_config(world_size, ac, grad_accum, float8_all_gather, recipe)
     if gpu is not None:
         get_specs(gpu)  # an unknown GPU fails before the work
     destination = _destination(request, fmt, output, check_file, as_json=as_json, force=force)
 
-    model_layers, choice, advice = _advise(request, destination, gpu, expert_imbalance)
+    model_layers, choice, advice = _advise(request, destination, gpu)
     step = None
     if destination.shows_step:
         with err_console.status("predicting the training step ..."):
@@ -217,9 +218,16 @@ def _destination(
             "-o and --check do not go together", hint="write with -o, verify in CI with --check"
         )
     config_format = _format_for(fmt, output or check_file)
+    check_format_target(config_format, request.target)  # a format that cannot convert this model as it says
     if config_format is not None and request.recipe != AUTO:
         # a recipe its framework lacks: say so now
         check_format_recipe(config_format, parse_recipe(request.recipe))
+    if config_format in _NO_FLOAT8_ALL_GATHER and request.float8_all_gather:
+        raise AdvisorError(
+            f"--float8-all-gather: {_NO_FLOAT8_ALL_GATHER[config_format]}",
+            hint="drop --float8-all-gather, or write --format torchtitan-toml, nemo-automodel, accelerate, "
+            "torchao (which set it up) or filter (whose header says to)",
+        )
     if output is not None:
         inputs = _input_files(request.target, request.profile, request.grouped_profile)
         guard_output(output, inputs=inputs, force=force)
@@ -227,7 +235,7 @@ def _destination(
     return _Destination(config_format, output, check_file, committed, as_json)
 
 
-def _advise(request: SuggestRequest, destination: _Destination, gpu: str | None, expert_imbalance: float):
+def _advise(request: SuggestRequest, destination: _Destination, gpu: str | None):
     """Inspect the model, choose the profile and decide: (model layers, profile choice, advice)."""
     from fp8advisor.inspect.layers import inspect_model
     from fp8advisor.predict.selection import select_profile
@@ -235,7 +243,7 @@ def _advise(request: SuggestRequest, destination: _Destination, gpu: str | None,
     with err_console.status(f"inspecting {request.target} ..."):
         model_layers = inspect_model(request.target, batch=request.batch, seq=request.seq)
     choice = select_profile(request.profile, grouped=request.grouped_profile, device_name=gpu)
-    allowed = _recipes_the_format_holds(destination.config_format)
+    allowed = _recipes_the_format_holds(destination.config_format, request.float8_all_gather)
     # --check regenerates exactly as the file's own command says: in-context results only when it names them
     automatic = request.measured is None and destination.check_file is None
     passed_over = list(choice.passed_over)  # files of the profile directory that could not be read
@@ -251,7 +259,7 @@ def _advise(request: SuggestRequest, destination: _Destination, gpu: str | None,
             tensor_parallel=request.tensor_parallel,
             auto_recipes=allowed,
             in_context=in_context,
-            expert_imbalance=expert_imbalance,
+            expert_imbalance=request.expert_imbalance,
             expert_parallel=request.expert_parallel,
         )
     warn_passed_over(passed_over)  # each once, whatever the number of scans that met it
@@ -335,8 +343,22 @@ def _print_advice(advice: Advice, destination: _Destination, predictor, text: st
         console.print(f"wrote {output} ({config_format.value})")
 
 
-def _recipes_the_format_holds(config_format: ConfigFormat | None) -> tuple[Recipe, ...]:
-    """What "auto" chooses among: torchtitan 0.3 has no tensorwise, Transformer Engine only tensorwise."""
+#: The formats whose file cannot set up FSDP float8 all-gather, which `--float8-all-gather` predicts: why.
+_NO_FLOAT8_ALL_GATHER = {
+    ConfigFormat.TORCHTITAN_PY: "it needs the tensorwise recipe, which torchtitan 0.3 does not have",
+    ConfigFormat.MEGATRON: "the precision config cannot set it (Megatron's own --fp8-param-gather is another "
+    "mechanism, with Transformer Engine's kernels), so the step it predicts would not run",
+}
+
+
+def _recipes_the_format_holds(
+    config_format: ConfigFormat | None, float8_all_gather: bool = False
+) -> tuple[Recipe, ...]:
+    """What "auto" chooses among: torchtitan 0.3 has no tensorwise, Transformer Engine only tensorwise, and
+    FSDP's float8 all-gather (--float8-all-gather) exists for tensorwise alone (torchao's Float8LinearConfig
+    refuses it with the rowwise recipes), so the file written and the step predicted are both tensorwise."""
+    if float8_all_gather:  # formats that cannot set it up are refused in `_destination`
+        return (Recipe.TENSORWISE,)
     if config_format is ConfigFormat.TORCHTITAN_PY:
         return tuple(r for r in ALL_RECIPES if r is not Recipe.TENSORWISE)
     if config_format is ConfigFormat.MEGATRON:
@@ -391,7 +413,5 @@ def _step_report(advice: Advice, model_layers, choice, gpu: str | None, config):
 
     if advice.tensor_parallel > 1 or getattr(model_layers, "census", None) is None:
         return None
-    if config.float8_all_gather and advice.recipe is not Recipe.TENSORWISE:
-        config = replace(config, float8_all_gather=False)  # auto chose another recipe: nothing to gather
     specs = get_specs(gpu) if gpu is not None else roofline_specs_for(choice.primary)
     return step_report(advice, model_layers, choice, StepGpu.of(specs), config)

@@ -25,6 +25,7 @@ _SHORT = {
     "float8 missing where converted": "no fp8 ran",
     "float8 where not converted": "fp8 leak",
     "numerics": "low SQNR",
+    "the framework's own conversion differs": "framework differs",
 }
 
 
@@ -105,7 +106,8 @@ def verify_command(
 
     The batch, seq, recipe, profile, min speedup, --tp, --ep and --measured come from the command line, else
     from the header of a config `fp8advisor suggest` wrote. Exit 0 when the config converts exactly the
-    advised layers and every check passes; 1 with what differs.
+    advised layers and every check passes; 1 with what differs. A Megatron-Core precision config is checked
+    with Megatron's own matcher (simulated without megatron-core) and runs no step.
     """
     if recipe is not None and recipe != AUTO:
         parse_recipe(recipe)  # a clear error before the model is built
@@ -198,15 +200,23 @@ def _print_report(report, settings, from_header: tuple[str, ...]) -> None:
         console.print(Text(f"note: {note}", style="dim"), soft_wrap=True)
     console.print(_layer_table(report))
     _print_experts(report)
-    console.print(
-        Text(
-            "SQNR dB (output/input gradient): each converted layer alone, float8 vs its bf16 twin on the "
-            "same input and gradient (minimum over folded rows); "
-            f"flagged under {report.sqnr_threshold_db:g} dB",
-            style="dim",
+    if _step_ran(report):
+        console.print(
+            Text(
+                "SQNR dB (output/input gradient): each converted layer alone, float8 vs its bf16 twin on the "
+                "same input and gradient (minimum over folded rows); "
+                f"flagged under {report.sqnr_threshold_db:g} dB",
+                style="dim",
+            )
         )
-    )
     _print_verdict(report)
+
+
+def _step_ran(report) -> bool:
+    """Whether `verify` ran a step (a Megatron precision config runs none: `megatron_check`)."""
+    from fp8advisor.verification.megatron_check import NOT_RUN_MODE
+
+    return report.execution.mode != NOT_RUN_MODE
 
 
 def _header_lines(report, settings, from_header: tuple[str, ...]) -> list[str]:
@@ -218,8 +228,11 @@ def _header_lines(report, settings, from_header: tuple[str, ...]) -> list[str]:
         # with FP8 off the recipe is the framework's default, which trains nothing: not worth a word
         f"config:  FP8 {f'on, recipe {report.recipe.value}' if config.enabled else 'OFF'}, "
         f"rule: {config.rule}",
+        f"framework: {report.framework}",
         _advice_line(report, settings, from_header),
-        f"run:     {execution.device}, {execution.mode}: {execution.why}",
+        f"run:     {execution.device}, {execution.mode}: {execution.why}"
+        if _step_ran(report)
+        else f"run:     nothing ran: {execution.why}",
     ]
     if execution.model_output_sqnr_db is not None:
         lines.append(
@@ -295,6 +308,17 @@ def _layer_table(report) -> Table:
     return table
 
 
+def _framework_summary(report) -> str:
+    """What the FAIL line adds when the framework's own conversion differs from fp8advisor's reading of the
+    file, whose counts the line gives: where, and how many places."""
+    from fp8advisor.verification.report import DifferenceKind
+
+    count = sum(1 for difference in report.differences if difference.kind is DifferenceKind.FRAMEWORK)
+    if not count:
+        return ""
+    return f" (as fp8advisor reads the file); the framework's own conversion differs in {count} place(s)"
+
+
 def _print_verdict(report) -> None:
     """PASS, or FAIL with the differences (the first _MAX_LISTED in full)."""
     from fp8advisor.verification.experts import experts_summary
@@ -312,19 +336,22 @@ def _print_verdict(report) -> None:
         )
         return
     if report.passed:
+        ran = (
+            ", each ran float8 GEMMs forward and backward, no other layer did, and every SQNR clears the "
+            "threshold"
+            if _step_ran(report)
+            else " as the framework: line says; nothing ran, so no float8 GEMM or SQNR was checked"
+        )
         console.print(
             Text("PASS: ", style="bold green")
-            + Text(
-                f"the config converts exactly the {advised} advised layers, each ran float8 GEMMs "
-                "forward and "
-                "backward, no other layer did, and every SQNR clears the threshold" + experts_summary(report)
-            )
+            + Text(f"the config converts exactly the {advised} advised layers{ran}" + experts_summary(report))
         )
         return
     console.print(
         Text("FAIL: ", style="bold red")
         + Text(
             f"{len(report.differences)} difference(s); the config converts {converted}, the advice {advised}"
+            + _framework_summary(report)
             + experts_summary(report)
         )
     )

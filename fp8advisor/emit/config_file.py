@@ -12,8 +12,10 @@ every layer in bf16, and its header says to leave FP8 off. `verify` (`fp8advisor
 all of them back as FP8 off, which is then the advised outcome.
 
 Also here, what `suggest` asks of a format before and after the work: whether its framework has the recipe
-(`check_format_recipe`), what the file does (`what_the_file_does`, `leaves_fp8_off`) and what to say on stderr
-(`format_warnings`).
+(`check_format_recipe`), whether the file can do what it says for the target (`check_format_target`: a
+torchtitan registry model is refused by the torchtitan format of the other version, whose names differ, and by
+torchao, whose Float8Linear torchtitan leaves uninitialised), what the file does (`what_the_file_does`,
+`leaves_fp8_off`) and what to say on stderr (`format_warnings`).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from fp8advisor.emit.torchao_formats import (
 from fp8advisor.emit.torchtitan import torchtitan_py, torchtitan_py_off, torchtitan_toml, torchtitan_toml_off
 from fp8advisor.errors import ConfigError
 from fp8advisor.files import write_atomic
-from fp8advisor.frameworks.formats import ConfigFormat, parse_format
+from fp8advisor.frameworks.formats import ConfigFormat, grouped_expert_groups, parse_format
 from fp8advisor.inspect import titan
 from fp8advisor.recipes import Recipe
 from fp8advisor.request import SuggestRequest
@@ -58,6 +60,63 @@ def check_format_recipe(fmt: ConfigFormat, recipe: Recipe | str) -> None:
         )
     if fmt is ConfigFormat.MEGATRON:
         megatron.check_recipe(recipe)
+
+
+#: The torchtitan version whose names each torchtitan format is for (`fp8advisor.inspect.titan`).
+TORCHTITAN_FORMAT_VERSIONS = {
+    ConfigFormat.TORCHTITAN_TOML: titan.TORCHTITAN_0_2,
+    ConfigFormat.TORCHTITAN_PY: titan.TORCHTITAN_0_3,
+}
+
+
+def check_format_target(fmt: ConfigFormat | str | None, target: str) -> None:
+    """A ConfigError when the file of `fmt` cannot do what it says for `target` (nothing for no format).
+    `suggest` asks before the work, `render` again. For a torchtitan registry target (`torchtitan:MODEL/
+    FLAVOR`, built by the installed torchtitan):
+
+    - the torchtitan format of another version than the one the model's names come from
+      (`titan.registry_format_conflict`): torchtitan-toml (0.2.x) from a 0.3 model converts other layers,
+      e.g. all of 0.2.2's attention.wq / wk / wv where 0.3's fused wqkv was advised, and none of the grouped
+      experts (0.2.2 names them moe.experts).
+    - torchao: torchtitan 0.3 builds the model on the meta device and initialises it only after
+      parallelising it (torchtitan/trainer.py `Trainer.__init__`: model_config.build() on meta, then
+      model.to_empty and init_weights, which is `Module.init_states`, torchtitan/protocols/module.py).
+      init_states recurses only into torchtitan Modules; torchao's plain Float8Linear is not one, so a layer
+      converted before the init keeps whatever to_empty left (NaN in the test), and one converted before
+      the trainer's `verify_module_protocol` fails it. torchtitan's own Float8LinearConverter builds a
+      Float8Linear that is a torchtitan Module and keeps its param_init
+      (torchtitan/components/quantization/float8.py). accelerate converts the model handed to
+      `Accelerator.prepare`, after the user built and initialised it (accelerate/accelerator.py
+      `_prepare_ao`): its init is kept.
+    - nemo-automodel: NeMo AutoModel does not take torchtitan models (it builds Hugging Face ones).
+    """
+    if fmt is None:
+        return
+    fmt = parse_format(fmt)
+    if fmt in TORCHTITAN_FORMAT_VERSIONS:
+        conflict = titan.registry_format_conflict(target, TORCHTITAN_FORMAT_VERSIONS[fmt], fmt.value)
+        if conflict is not None:
+            other = "torchtitan-py" if fmt is ConfigFormat.TORCHTITAN_TOML else "torchtitan-toml"
+            raise ConfigError(
+                conflict,
+                hint=f"write --format {other} for this torchtitan, or advise on a model file that builds the "
+                f"model your torchtitan version trains (its names are the ones --format {fmt.value} needs)",
+            )
+    if fmt is ConfigFormat.NEMO_AUTOMODEL and titan.is_registry_target(target):
+        raise ConfigError(
+            f"--format nemo-automodel cannot train {target.strip()}: NeMo AutoModel builds Hugging Face "
+            "models (its model: section), not torchtitan's, whose Linear names its filter_fqns would hold",
+            hint="write --format torchtitan-py for torchtitan, or advise on the Hugging Face config of the "
+            "model NeMo AutoModel trains",
+        )
+    if fmt is ConfigFormat.TORCHAO and titan.is_registry_target(target):
+        raise ConfigError(
+            f"--format torchao cannot convert {target.strip()}: torchtitan builds it on the meta device and "
+            "initialises it (init_states) after converting, and init_states skips torchao's plain "
+            "Float8Linear (not a torchtitan Module), so the converted weights would stay uninitialised",
+            hint="write --format torchtitan-py: torchtitan's own Float8LinearConverter keeps the model's "
+            "init",
+        )
 
 
 def what_the_file_does(advice: Advice, fmt: ConfigFormat, predictor: Predictor | None = None) -> str:
@@ -89,6 +148,7 @@ def render(
     as one; without it, by the sum of its parts' predicted times."""
     fmt = parse_format(fmt)
     check_format_recipe(fmt, advice.recipe)  # a file FP8 is off in must still be one its framework takes
+    check_format_target(fmt, request.target)
     if fmt is ConfigFormat.MEGATRON:
         return render_megatron(advice, request, predictor)
     header = header_lines(advice, request, fmt)
@@ -96,39 +156,39 @@ def render(
     if not as_json:  # JSON has no comments: format_warnings says it on stderr instead
         header = header + expert_notes(advice, fmt)
     if not advice.convert_fqns and not converted_expert_modules(advice, fmt) and fmt in FP8_OFF_RENDERERS:
-        return FP8_OFF_RENDERERS[fmt](header, request)
+        off = FP8_OFF_RENDERERS[fmt]  # torchtitan's also set the advised point: the experts decide --ep's
+        return off(header, request, advice) if fmt in TORCHTITAN_FORMAT_VERSIONS else off(header, request)
     if fmt is ConfigFormat.TORCHTITAN_TOML:
-        return torchtitan_toml(advice, header)
+        return torchtitan_toml(advice, header, request)
     if fmt is ConfigFormat.TORCHTITAN_PY:
         return torchtitan_py(advice, header, request)
     if fmt is ConfigFormat.NEMO_AUTOMODEL:
-        return nemo_automodel(advice, header)
+        return nemo_automodel(advice, header, request)
     if fmt is ConfigFormat.ACCELERATE:
-        return accelerate(advice, header)
+        return accelerate(advice, header, request)
     if fmt is ConfigFormat.TORCHAO:
-        return torchao(advice, header)
-    return filter_list(advice, header, as_json=as_json)
+        return torchao(advice, header, request)
+    return filter_list(advice, header, request, as_json=as_json)
 
 
 def format_warnings(advice: Advice, fmt: ConfigFormat | str) -> list[str]:
     """What to tell the user (on stderr, never in the file) about writing `fmt` for this model: a torchtitan
-    config written from another torchtitan version's Linear names
-    (`fp8advisor.inspect.titan.version_mismatch`), and what the file cannot do with the MoE experts
+    config written from a model (not torchtitan's registry) whose names look like another torchtitan
+    version's (`fp8advisor.inspect.titan.version_mismatch`; a registry target's version is known and
+    `check_format_target` refuses a mismatch), and what the file cannot do with the MoE experts
     (`expert_warnings`)."""
     fmt = parse_format(fmt)
     warnings = expert_warnings(advice, fmt)
-    version = {
-        ConfigFormat.TORCHTITAN_TOML: titan.TORCHTITAN_0_2,
-        ConfigFormat.TORCHTITAN_PY: titan.TORCHTITAN_0_3,
-    }
-    if fmt not in version:
+    if fmt not in TORCHTITAN_FORMAT_VERSIONS or titan.is_registry_target(advice.target):
         return warnings
-    warning = titan.version_mismatch(advice.layers, version[fmt])
+    groups = tuple(group.group for group in grouped_expert_groups(advice.experts))
+    warning = titan.version_mismatch(advice.layers, TORCHTITAN_FORMAT_VERSIONS[fmt], groups)
     return ([] if warning is None else [warning]) + warnings
 
 
 #: The file of each format that leaves FP8 off, from its header and the request (only torchtitan-py names the
-#: model from it); the bare filter list has no switch: not here.
+#: model from it; the torchtitan ones also take the advice, whose experts decide whether the expert-parallel
+#: degree is written); the bare filter list has no switch: not here.
 FP8_OFF_RENDERERS = {
     ConfigFormat.TORCHTITAN_TOML: torchtitan_toml_off,
     ConfigFormat.TORCHTITAN_PY: torchtitan_py_off,
@@ -191,8 +251,10 @@ def check(path: str | Path, expected_text: str, current: str | None = None) -> t
 
 __all__ = [
     "FP8_OFF_RENDERERS",
+    "TORCHTITAN_FORMAT_VERSIONS",
     "check",
     "check_format_recipe",
+    "check_format_target",
     "format_warnings",
     "leaves_fp8_off",
     "read_committed",

@@ -102,6 +102,17 @@ def _decision_words(advice: Advice, groups) -> str:
     return "; ".join(parts)
 
 
+#: Which torchao torchtitan 0.2.x's grouped-experts converter needs: torchtitan 0.2.2's
+#: `Float8GroupedMMConverter.convert` (torchtitan/components/quantization/float8.py) imports
+#: `torchao.prototype.moe_training.conversion_utils.MoETrainingConfig`, which torchao 0.12.0 to 0.16.0 define
+#: (pytorch/ao tags v0.12.0..v0.16.0); 0.17.0 replaced it by `config.Float8TrainingOpConfig`, and with it
+#: the converter raises ImportError ("torchao installation does not have MoE training support").
+TORCHTITAN_0_2_EXPERTS_TORCHAO = (
+    "needs torchao 0.12 to 0.16 (it imports torchao.prototype.moe_training.conversion_utils."
+    "MoETrainingConfig, which torchao 0.17 replaced: with torchao 0.17 or later it raises ImportError)"
+)
+
+
 #: Formats whose Linear float8 config has no pad_inner_dim (torchtitan 0.2 `[quantize.linear.float8]`,
 #: torchtitan 0.3 `Float8LinearConverter.Config`, NeMo AutoModel's `fp8:` keys): ModuleList experts that
 #: convert there meet per-expert token counts torch._scaled_mm rejects.
@@ -178,11 +189,11 @@ def expert_notes(advice: Advice, fmt: ConfigFormat) -> list[str]:
         lines += wrapped(f"MoE experts: the advice says {advice_words}. {converting}")
     elif fmt is ConfigFormat.TORCHTITAN_TOML:
         converting = (
-            f'the "{TORCHTITAN_0_2_EXPERTS_CONVERTER}" converter (torchtitan v0.2.0 '
+            f'the "{TORCHTITAN_0_2_EXPERTS_CONVERTER}" converter (torchtitan 0.2.x '
             "Float8GroupedMMConverter) swaps the weights of each module whose FQN contains an fqns entry "
-            "for float8 rowwise grouped GEMMs, whatever recipe_name says; torchtitan 0.2.0 imports "
-            "torchao's MoETrainingConfig (the torchao of its time: later torchao renamed it) and refuses "
-            "pipeline and context parallelism with it."
+            "for float8 rowwise grouped GEMMs, whatever recipe_name says. It "
+            + TORCHTITAN_0_2_EXPERTS_TORCHAO
+            + ", and refuses pipeline and context parallelism."
             if modules
             else f'no "{TORCHTITAN_0_2_EXPERTS_CONVERTER}" converter: they stay bf16.'
         )
@@ -262,6 +273,11 @@ def expert_warnings(advice: Advice, fmt: ConfigFormat) -> list[str]:
         warnings.append(f"--format {fmt.value}: {NO_PAD_WORDS}")
     groups = grouped_expert_groups(advice.experts)
     advised = [group for group in groups if group.convert]
+    if fmt is ConfigFormat.TORCHTITAN_TOML and converted_expert_modules(advice, fmt):
+        warnings.append(
+            f'--format torchtitan-toml: torchtitan 0.2.x\'s "{TORCHTITAN_0_2_EXPERTS_CONVERTER}" converter '
+            + TORCHTITAN_0_2_EXPERTS_TORCHAO
+        )
     if not advised:
         return warnings
     entangled = entangled_expert_groups(advice, fmt)
@@ -286,6 +302,7 @@ def expert_warnings(advice: Advice, fmt: ConfigFormat) -> list[str]:
 __all__ = [
     "NO_PAD_FORMATS",
     "NO_PAD_WORDS",
+    "TORCHTITAN_0_2_EXPERTS_TORCHAO",
     "converted_expert_modules",
     "converted_routers",
     "entangled_expert_groups",

@@ -1,21 +1,25 @@
 """The comment header every file but JSON starts with, and the notes shared by every format.
 
-The header: fp8advisor's version, the model target, batch and seq, recipe and profile as the user typed them,
-what the file converts (or why it leaves FP8 off), and the command that regenerates or checks it
-(`fp8advisor.request.SuggestRequest.command`, with what was chosen automatically pinned). Nothing depends on
-the machine or the time, so the same inputs give byte-identical files anywhere. A target whose name holds a
-control character is refused: the check command must name it exactly, and a comment line cannot hold it.
+The header: fp8advisor's version, the model target, batch and seq (and the other settings that are not at
+their default: parallel degrees, expert imbalance, FSDP float8 all-gather), recipe and profile as the user
+typed them, what the file converts (or why it leaves FP8 off), the command that regenerates or checks it
+(`fp8advisor.request.SuggestRequest.command`, with what was chosen automatically pinned), and last the
+framework versions the file is for and was checked with (`frameworks.formats.FORMAT_VERSIONS`' line).
+Nothing depends on the machine or the time (the versions are the table's, never the installed ones), so the
+same inputs give byte-identical files anywhere. A target whose name holds a control character is refused:
+the check command must name it exactly, and a comment line cannot hold it.
 """
 
 from __future__ import annotations
 
 from fp8advisor import __version__
 from fp8advisor.advice.records import Advice
-from fp8advisor.emit.experts import converted_expert_modules
+from fp8advisor.emit.experts import TORCHTITAN_0_2_EXPERTS_TORCHAO, converted_expert_modules
 from fp8advisor.errors import TargetError, quote
 from fp8advisor.files import GENERATED_MARK
-from fp8advisor.frameworks.formats import ConfigFormat
+from fp8advisor.frameworks.formats import FOR_PREFIX, FORMAT_VERSIONS, ConfigFormat
 from fp8advisor.frameworks.header import CHECK_PREFIX
+from fp8advisor.inspect import titan
 from fp8advisor.predict.selection import NO_GROUPED_PROFILE
 from fp8advisor.request import SuggestRequest
 
@@ -33,7 +37,9 @@ def header_lines(
         f"{GENERATED_MARK} {__version__} (fp8advisor suggest). Do not edit: regenerate it.",
         f"model: {request.target}  batch: {request.batch}  seq: {request.seq}"
         + (f"  tensor parallel: {request.tensor_parallel}" if request.tensor_parallel != 1 else "")
-        + (f"  expert parallel: {request.expert_parallel}" if request.expert_parallel != 1 else ""),
+        + (f"  expert parallel: {request.expert_parallel}" if request.expert_parallel != 1 else "")
+        + (f"  expert imbalance: {request.expert_imbalance:g}" if request.expert_imbalance != 1 else "")
+        + ("  FSDP float8 all-gather: on" if request.float8_all_gather else ""),
         f"recipe: {recipe}  profile: {profile} ({advice.profile_provenance})  "
         f"min speedup: {advice.min_speedup:g}"
         + (f"  grouped profile: {_grouped_pin(advice)}" if _grouped_pin(advice) else ""),
@@ -51,7 +57,26 @@ def header_lines(
             hint="rename the file, folder or argument so that the target is printable text",
         )
     lines.append(f"{CHECK_PREFIX}{pinned} --check <this file>")
+    lines.append(versions_line(advice, request, fmt))
     return lines
+
+
+def versions_line(advice: Advice, request: SuggestRequest, fmt: ConfigFormat) -> str:
+    """The header's "for:" line: the format's versions (`FORMAT_VERSIONS`), narrowed where this file needs
+    more than the format does: torchtitan 0.2.x's grouped-expert converter needs an older torchao than the
+    one its Linear converter was checked with; a filter list read from a torchtitan registry model holds that
+    torchtitan's names (0.3: `check_format_target` refuses the other formats that would misread them)."""
+    line = FORMAT_VERSIONS[fmt].line()
+    if fmt is ConfigFormat.TORCHTITAN_TOML and converted_expert_modules(advice, fmt):
+        return f"{line}; its grouped-expert converter {TORCHTITAN_0_2_EXPERTS_TORCHAO}"
+    if fmt is ConfigFormat.FILTER and titan.is_registry_target(request.target):
+        return (
+            FORMAT_VERSIONS[ConfigFormat.TORCHTITAN_PY]
+            .line()
+            .replace(FOR_PREFIX, f"{FOR_PREFIX}the filter_fqns of ", 1)
+            + ": the names of torchtitan 0.3's own model (torchtitan 0.2.x and NeMo AutoModel have others)"
+        )
+    return line
 
 
 def what_it_converts(advice: Advice, fmt: ConfigFormat) -> str:
@@ -116,4 +141,11 @@ def _grouped_pin(advice: Advice) -> str | None:
 FP8_OFF_NOTE = "FP8 off: nothing is worth converting (see the header), so nothing here enables it."
 
 
-__all__ = ["FP8_OFF_NOTE", "fp8_off_reason", "header_lines", "pinned_command", "what_it_converts"]
+__all__ = [
+    "versions_line",
+    "FP8_OFF_NOTE",
+    "fp8_off_reason",
+    "header_lines",
+    "pinned_command",
+    "what_it_converts",
+]

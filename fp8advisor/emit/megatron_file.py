@@ -65,16 +65,21 @@ def render_megatron(advice: Advice, request: SuggestRequest, predictor: Predicto
 
 
 def _usage(plan: megatron.MegatronPlan, recipe: Recipe) -> list[str]:
-    """How to train with the file: Megatron-Core's flags, and NeMo's and Megatron-Bridge's fields."""
-    if plan.float8_names:
-        usage = [
-            "Megatron-Core with Transformer Engine, core_v0.16 or later: train with",
-            f"  --fp8-format hybrid --fp8-recipe {recipe.value} --te-precision-config-file <this file>",
+    """How to train with the file: Megatron-Core's flags, and NeMo's and Megatron-Bridge's fields; with
+    nothing in float8, how to leave FP8 off in each of them (never a switch that turns it on: Megatron-Core
+    0.16's TransformerConfig.fp8, the field of --fp8-format, defaults to None, FP8 off)."""
+    if not plan.float8_names:
+        return [
+            "Nothing is in float8: train without --fp8-format (this file keeps every TE module in bf16).",
+            *wrapped(
+                "(NeMo 2 and Megatron-Bridge: leave the TransformerConfig field fp8 unset (None) and pass no "
+                "quant_recipe. NeMo 1 / NeMo-Aligner YAML: fp8: false.)"
+            ),
         ]
-    else:
-        usage = [
-            "Nothing is in float8: train without --fp8-format (this file keeps every TE module in bf16)."
-        ]
+    usage = [
+        "Megatron-Core with Transformer Engine, core_v0.16 or later: train with",
+        f"  --fp8-format hybrid --fp8-recipe {recipe.value} --te-precision-config-file <this file>",
+    ]
     return usage + wrapped(
         "(NeMo 2 and Megatron-Bridge: the same TransformerConfig fields, fp8='hybrid', "
         f"fp8_recipe='{recipe.value}', quant_recipe=megatron.core.quantization.utils."

@@ -5,8 +5,9 @@ Megatron-Core) and a config file. Out: `ConfigFormat`, which Linear layers each 
 filter (`filters`), and a config file read back as its framework would (`reader.read_config` ->
 `FrameworkConfig`), a Python filter evaluated from its syntax without running it (`filter_eval`).
 
-- `formats`: the format list, shared by the writer (`fp8advisor.emit`), the reader and the simulation;
-  `header`: the header a written config carries, read back (`read_header`).
+- `formats`: the format list, shared by the writer (`fp8advisor.emit`), the reader and the simulation, and
+  the one table of the framework versions each format's file is for (`FORMAT_VERSIONS`); `header`: the
+  header a written config carries, read back (`read_header`).
 - `filters`: each framework's conversion rule on names and shapes, and torchao's auto filter (simulation).
 - `shortest_filter`: the shortest exact filter list (`FilterList`), found by the set-cover search of
   `filter_cover`.

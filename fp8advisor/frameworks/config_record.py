@@ -51,6 +51,10 @@ class FrameworkConfig:
     #: torchao `quantize_`'s filter_fn for the expert modules, (module, fqn) -> bool; None with
     #: converts_experts True: every expert group (torchtitan 0.3's converter has no filter).
     expert_filter: Predicate | None = field(default=None, repr=False, compare=False)
+    #: Whether FSDP all-gathers the converted weights in float8 as the file sets it up (the framework's
+    #: default where the file does not say); None where the format has no such setting (the filter list) or
+    #: the value cannot be read without running the file.
+    float8_all_gather: bool | None = None
 
     def filter_for(self, model: nn.Module | None = None) -> Predicate:
         """The framework's module filter for `model`: `(module, fqn) -> bool`, True = convert to float8."""
@@ -87,6 +91,7 @@ class FrameworkConfig:
             "compile_enabled": self.compile_enabled,
             "converts_experts": self.converts_experts,
             "expert_rule": self.expert_rule,
+            "float8_all_gather": self.float8_all_gather,
             "notes": list(self.notes),
         }
 

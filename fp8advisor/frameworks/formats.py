@@ -6,12 +6,15 @@ simulation.
 converts. All three import `ConfigFormat` from here, so that the reader does not depend on the writer. One
 member, `torchao-auto`, is a rule and not a file: torchao's `_auto_filter_for_recipe`, which torchtitan
 applies for the `auto_filter_small_kn` entry; `FILE_FORMATS` are the others, the names `--format` takes.
-`megatron` is written and recognised, but `verify` cannot simulate it (Megatron's own model and Transformer
-Engine's modules, not torchao's).
+`megatron` is written and recognised; `read_config` does not read it (Megatron's own model and Transformer
+Engine's modules, not torchao's): `verification.megatron_check` checks it with Megatron's matcher.
+`FORMAT_VERSIONS` is the one table of the framework versions each format's file is for and was checked with:
+the header's "for:" line, docs/formats.md and the tests read it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
 
 from fp8advisor.errors import ConfigError, quote
@@ -81,6 +84,49 @@ FILTER_FQNS_MEANING = "keeps in bf16 every nn.Linear whose FQN contains an entry
 
 #: The formats a file holds: what `suggest --format` writes and `verify --config` reads.
 FILE_FORMATS: tuple[ConfigFormat, ...] = tuple(fmt for fmt in ConfigFormat if fmt.has_file)
+
+
+@dataclass(frozen=True)
+class FormatVersions:
+    """Which framework versions the file of one format is for (`for_range`: the series its keys and calls are
+    written for) and the versions it was checked with, by running that framework's own loader and conversion
+    on the files `suggest` writes (`checked_with`: (package, version) pairs). The header's "for:" line says
+    it (`line`); fixed text, never the versions installed here, so that a file is the same on any machine."""
+
+    for_range: str  # e.g. "torchtitan 0.3.x"
+    checked_with: tuple[tuple[str, str], ...]  # e.g. (("torchtitan", "0.3.0"), ("torchao", "0.18.0"))
+
+    def line(self) -> str:
+        """The header line: `for: torchtitan 0.3.x (checked with torchtitan 0.3.0, torchao 0.18.0)`."""
+        checked = ", ".join(f"{package} {version}" for package, version in self.checked_with)
+        return f"{FOR_PREFIX}{self.for_range} (checked with {checked})"
+
+
+#: How the header line naming the versions a file is for starts (`FormatVersions.line`).
+FOR_PREFIX = "for: "
+
+_TORCHAO = ("torchao", "0.18.0")
+
+#: The one table of the framework versions each format's file is for and was checked with: the header's
+#: "for:" line (`emit.header.header_lines`), docs/formats.md and the tests read it. A new framework version
+#: is added here once its own loader and conversion have run on the files (tests/test_file_settings.py and
+#: the per-framework tests).
+FORMAT_VERSIONS: dict[ConfigFormat, FormatVersions] = {
+    ConfigFormat.TORCHTITAN_TOML: FormatVersions("torchtitan 0.2.x", (("torchtitan", "0.2.2"), _TORCHAO)),
+    ConfigFormat.TORCHTITAN_PY: FormatVersions("torchtitan 0.3.x", (("torchtitan", "0.3.0"), _TORCHAO)),
+    ConfigFormat.NEMO_AUTOMODEL: FormatVersions(
+        "NeMo AutoModel 0.7.x", (("nemo-automodel", "0.7.0"), _TORCHAO)
+    ),
+    ConfigFormat.ACCELERATE: FormatVersions("accelerate 1.15.x", (("accelerate", "1.15.0"), _TORCHAO)),
+    ConfigFormat.TORCHAO: FormatVersions("torchao 0.18.x", (_TORCHAO,)),
+    ConfigFormat.MEGATRON: FormatVersions(
+        "Megatron-Core 0.16.x with Transformer Engine", (("megatron-core", "0.16.1"),)
+    ),
+    ConfigFormat.FILTER: FormatVersions(
+        "the filter_fqns substring rule of torchtitan 0.2.x and 0.3.x and NeMo AutoModel 0.7.x",
+        (("torchtitan", "0.2.2"), ("torchtitan", "0.3.0"), ("nemo-automodel", "0.7.0")),
+    ),
+}
 
 
 def parse_format(name: str | ConfigFormat) -> ConfigFormat:
@@ -167,6 +213,9 @@ __all__ = [
     "MODULE_NAMED_EXPERT_FORMATS",
     "FILE_FORMATS",
     "FILTER_FQNS_MEANING",
+    "FORMAT_VERSIONS",
+    "FOR_PREFIX",
+    "FormatVersions",
     "SUBSTRING_FORMATS",
     "ConfigFormat",
     "TORCHTITAN_0_2_EXPERTS_CONVERTER",

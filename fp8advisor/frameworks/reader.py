@@ -11,7 +11,9 @@ and hands the file to its reader, which returns a `config_record.FrameworkConfig
   filter function `filter_function` evaluates from its syntax (`filter_eval`) or, with `trust_config=True`
   (`verify --trust-config`), compiles alone and runs;
 - megatron: Megatron-Core's precision config (YAML with `configs` and `matchers`) is recognised and refused
-  with a ConfigError: Transformer Engine's modules in Megatron's own model are not simulated here.
+  with a ConfigError: it configures Transformer Engine's modules in Megatron's own model, not a torchao
+  conversion of the PyTorch model; `verify` checks it on a path of its own
+  (`fp8advisor.verification.megatron_check`).
 
 The file is read by `read_config_text` (`fp8advisor.reading`: a regular file of bounded size, UTF-8, a
 byte-order mark dropped), and parsed by `reading`'s bounded parsers. Python files are parsed, never imported
@@ -138,10 +140,11 @@ def read_config(
     }
     if chosen is ConfigFormat.MEGATRON:
         raise ConfigError(
-            f"{path} is a Megatron-Core precision config: verify cannot check it (it runs torchao float8 on "
-            "the PyTorch model; Megatron runs Transformer Engine modules in its own GPTModel)",
-            hint="check that the file is current with `fp8advisor suggest ... --format megatron --check "
-            f"{path}` (the command in its header); verify a --format torchao config of the same advice",
+            f"{path} is a Megatron-Core precision config: it configures Transformer Engine modules in "
+            "Megatron's own GPTModel, not a torchao conversion of the PyTorch model, and is not read here",
+            hint=f"check it with `fp8advisor verify TARGET --config {path}` (Megatron's own matcher against "
+            "the advice), or that it is current with `fp8advisor suggest ... --format megatron --check "
+            f"{path}` (the command in its header)",
         )
     reader = readers[chosen]
     if chosen in (ConfigFormat.ACCELERATE, ConfigFormat.TORCHAO):

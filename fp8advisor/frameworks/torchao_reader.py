@@ -8,7 +8,9 @@
   first and the last nn.Linear in bf16.
 
 The recipe comes from the literal in `Float8LinearConfig.from_recipe_name("...")` or `Float8LinearConfig(...)`
-(`_recipe_from_python`); the filter function is read by `fp8advisor.frameworks.filter_function`.
+(`_recipe_from_python`), and FSDP's float8 all-gather from the same expression (`_all_gather_from_python`:
+torchao's default false; accelerate without `config=` builds its own config, all-gather true by default); the
+filter function is read by `fp8advisor.frameworks.filter_function`.
 
 Every call read here, and every name it is called by, is checked to be what runs
 (`framework_calls.check_framework_call`): `convert_to_float8_training`, `quantize_`, `Float8TrainingOpConfig`,
@@ -39,6 +41,7 @@ from fp8advisor.frameworks.python_file import (
     call_name,
     calls_named,
     keyword_value,
+    literal_value,
     parse_python,
     required_literal,
     resolve_name,
@@ -116,6 +119,7 @@ def _read_torchao_linear(scope: ModuleScope, *, trust_config: bool) -> Framework
     read = read_filter_function(filter_node, scope, trust_config=trust_config) if has_filter else None
     check_framework_call(call, scope, "torchao", "convert_to_float8_training", positional=1)
     recipe = _recipe_from_python(keyword_value(call, "config"), scope)
+    all_gather = _all_gather_from_python(keyword_value(call, "config"), scope)
     if read is None:
         # torchao without a filter converts every nn.Linear, whatever its shape.
         return FrameworkConfig(
@@ -128,10 +132,20 @@ def _read_torchao_linear(scope: ModuleScope, *, trust_config: bool) -> Framework
             None,
             ("no module_filter_fn: torchao converts every nn.Linear, lm_head included",),
             lambda model: lambda module, fqn: True,
+            float8_all_gather=all_gather,
         )
     predicate, rule, entries = read
     return FrameworkConfig(
-        ConfigFormat.TORCHAO, path, True, recipe, entries, rule, None, (), lambda model: predicate
+        ConfigFormat.TORCHAO,
+        path,
+        True,
+        recipe,
+        entries,
+        rule,
+        None,
+        (),
+        lambda model: predicate,
+        float8_all_gather=all_gather,
     )
 
 
@@ -174,6 +188,7 @@ def read_accelerate(
     _check_accelerators(accelerators, scope)
     check_framework_call(call, scope, "accelerate", "AORecipeKwargs", positional=2, keeps_result=True)
     recipe = _recipe_from_python(call_argument(call, 0, "config"), scope)
+    all_gather = _accelerate_all_gather(call, scope)
     if read is None:
         notes.append("no module_filter_func: accelerate keeps the first and last nn.Linear in bf16")
         return FrameworkConfig(
@@ -186,6 +201,7 @@ def read_accelerate(
             None,
             tuple(notes),
             accelerate_default_rule,
+            float8_all_gather=all_gather,
         )
     predicate, rule, entries = read
     return FrameworkConfig(
@@ -198,7 +214,43 @@ def read_accelerate(
         None,
         tuple(notes),
         lambda model: predicate,
+        float8_all_gather=all_gather,
     )
+
+
+def _accelerate_all_gather(call: ast.Call, scope: ModuleScope) -> bool | None:
+    """FSDP float8 all-gather as `AORecipeKwargs(...)` sets it up. With `config=` it is that config's
+    (accelerate hands it to torchao as it is); without one, accelerate 1.15 builds `Float8LinearConfig(
+    pad_inner_dim=..., enable_fsdp_float8_all_gather=...)` from its own two fields, each None by default and
+    then read from ACCELERATE_FP8_PAD_INNER_DIM / ACCELERATE_FP8_ENABLE_FSDP_FLOAT8_ALL_GATHER, default true
+    (accelerate/utils/dataclasses.py `AORecipeKwargs.__post_init__`): the literal given, else true."""
+    config = resolve_name(call_argument(call, 0, "config"), scope)
+    if config is not None and not (isinstance(config, ast.Constant) and config.value is None):
+        return _all_gather_from_python(config, scope)
+    given = keyword_value(call, "enable_fsdp_float8_all_gather")
+    if given is None:
+        return True
+    value = literal_value(resolve_name(given, scope, "enable_fsdp_float8_all_gather"))
+    return value if isinstance(value, bool) else None
+
+
+def _all_gather_from_python(node: ast.expr | None, scope: ModuleScope) -> bool | None:
+    """`enable_fsdp_float8_all_gather` of the torchao config expression `_recipe_from_python` reads: the
+    literal a `dataclasses.replace(...)` or `Float8LinearConfig(...)` sets, else the config it starts from;
+    false for `from_recipe_name(...)` and no config (torchao's default, torchao/float8/config.py
+    `Float8LinearConfig`); None when the value is no literal true or false."""
+    node = resolve_name(node, scope)
+    if node is None or (isinstance(node, ast.Constant) and node.value is None):
+        return False
+    if not isinstance(node, ast.Call):
+        return None
+    given = keyword_value(node, "enable_fsdp_float8_all_gather")
+    if given is not None:
+        value = literal_value(resolve_name(given, scope, "enable_fsdp_float8_all_gather"))
+        return value if isinstance(value, bool) else None
+    if call_name(node) == "replace" and node.args:
+        return _all_gather_from_python(node.args[0], scope)
+    return False
 
 
 def _check_accelerators(accelerators: list[ast.Call], scope: ModuleScope) -> None:

@@ -9,12 +9,15 @@ recipe.
   torchtitan reads a list, whose characters it would iterate) is a ConfigError naming its key. The TOML is
   parsed by `fp8advisor.reading.parse_toml` (bounded in depth). MoE experts convert with the grouped-GEMM
   converter (`formats.TORCHTITAN_0_2_EXPERTS_CONVERTER`) and its `[quantize.grouped_mm.float8] fqns`.
+  `enable_fsdp_float8_all_gather` (absent: false, torchtitan 0.2.2's job_config.py `Float8Linear`) is
+  recorded as `FrameworkConfig.float8_all_gather`.
 - torchtitan-py: torchtitan 0.3 recipe function; the keyword literals of `Float8LinearConverter.Config(...)`
   (recipe_name absent = rowwise, its default there; emulate=True: tensorwise), and
   `Float8GroupedExpertsConverter.Config(...)` for every GroupedExperts. Read with `ast`, never run; each
   keyword checked by name and type as the keyword-only dataclass takes it, and each call checked to be
   torchtitan's, where it runs (`framework_calls.check_framework_call`: the converter imported once from
-  torchtitan, the recipe function around it bound once).
+  torchtitan, the recipe function around it bound once). 0.3 has no float8 all-gather setting (no
+  tensorwise recipe): `float8_all_gather` is false.
 """
 
 from __future__ import annotations
@@ -142,6 +145,7 @@ def read_torchtitan_toml(path: Path, text: str, default_recipe: Recipe | None) -
             else f'no "{TORCHTITAN_EXPERTS_CONVERTER}" converter with fqns'
         ),
         expert_filter=(lambda module, fqn: matches_filter(fqn, expert_entries)) if expert_entries else None,
+        float8_all_gather=bool(linear.get("enable_fsdp_float8_all_gather")),
     )
 
 
@@ -257,6 +261,7 @@ def _read_torchtitan_py_linear(scope: ModuleScope) -> FrameworkConfig:
         compile_enabled,
         tuple(notes),
         factory,
+        float8_all_gather=False,  # torchtitan 0.3's Float8LinearConverter.Config has no such field
     )
 
 

@@ -4,7 +4,9 @@
   filter_fqns (substring). Unknown keys (a YAML number or null too) are ignored, as NeMo ignores them (and
   named in `notes`). Each field read, and each true/false field of FP8Config, is checked by type
   (`config_record`): a wrong one is a ConfigError naming its key (NeMo tests `enabled` for truth: the string
-  "false" would turn FP8 on there).
+  "false" would turn FP8 on there). `fp8.enable_fsdp_float8_all_gather` is recorded as NeMo applies it: only
+  with the tensorwise recipe (recipe_name null or "tensorwise"), whose Float8LinearConfig NeMo builds with it;
+  with a rowwise recipe NeMo builds `Float8LinearConfig.from_recipe_name` and drops it (said in `notes`).
 - filter: a bare list of filter_fqns (YAML or JSON; a mapping with `filter_fqns` is accepted too), matched by
   substring with the divisibility rule, as torchtitan, NeMo and torchao's auto filter match it. It names no
   recipe: the caller completes it with `FrameworkConfig.with_recipe`.
@@ -92,6 +94,15 @@ def read_nemo(path: Path, text: str, default_recipe: Recipe | None) -> Framework
     )
     if recipe_name is None and enabled:
         notes.append("fp8.recipe_name is null: tensorwise, and NeMo skips the FSDP scale precompute")
+    all_gather = bool(fp8.get("enable_fsdp_float8_all_gather"))  # checked a bool above; absent: false
+    if all_gather and recipe is not Recipe.TENSORWISE:
+        # nemo_automodel/components/quantization/fp8.py apply_fp8_to_model: a recipe other than tensorwise
+        # takes Float8LinearConfig.from_recipe_name(recipe_name), without the all-gather flag
+        notes.append(
+            f"fp8.enable_fsdp_float8_all_gather is true but NeMo AutoModel drops it with {recipe.value}: "
+            "FSDP float8 all-gather is tensorwise only"
+        )
+        all_gather = False
     raw_entries = fp8.get("filter_fqns")
     if isinstance(raw_entries, str):
         # NeMo AutoModel (0.7) loops `for fqn in filter_fqns`: over a string's characters, so every layer
@@ -122,6 +133,7 @@ def read_nemo(path: Path, text: str, default_recipe: Recipe | None) -> Framework
         compile_enabled,
         tuple(notes),
         lambda model: predicate,
+        float8_all_gather=all_gather,
     )
 
 

@@ -12,9 +12,14 @@ computed by `F.scaled_dot_product_attention(is_causal=True)`. The Linear layers,
 they receive are unchanged; what differs is the attention itself (no document masking, no sliding window), and
 the model says so in its notes.
 
-The second half reads a model's Linear names: torchtitan 0.2's Llama has `attention.wq` / `wk` / `wv` and an
-`output` head, 0.3's a fused `attention.qkv_linear.wqkv` and `lm_head`. A torchtitan config written from one
-version's names for the other version's model matches the wrong layers (`version_mismatch`).
+The second half says whose names a model has. A registry target's are the installed torchtitan's, known
+without building it (`installed_names_version`): a torchtitan config for the other version is refused
+(`registry_format_conflict`, asked before the work). Any other model's are guessed from its names
+(`names_look_like`): torchtitan 0.2's Llama has `attention.wq` / `wk` / `wv` and an `output` head, 0.3's a
+fused `attention.qkv_linear.wqkv` and `lm_head`; 0.2's MoE holds its grouped experts as `moe.experts`, 0.3's
+as `moe.routed_experts.inner_experts`; DeepSeek-V3's MLA (`attention.wq`, `wkv_a`, `wkv_b`) is named alike in
+both. A config written from one version's names for the other version's model matches the wrong layers: for
+a guess, a warning (`version_mismatch`), since the user's own model may carry such names in either version.
 """
 
 from __future__ import annotations
@@ -308,13 +313,22 @@ def _calls_registry_with(node, flavor: str) -> bool:
 
 TORCHTITAN_0_2 = "0.2"
 TORCHTITAN_0_3 = "0.3"
-#: Attention projections: 0.2's Attention holds wq / wk / wv itself; 0.3's GQAttention holds a qkv_linear
-#: (FusedQKVLinear.wqkv by default, QKVLinear.wq / wk / wv when unfused).
+#: Attention projections: 0.2's Llama Attention holds wq / wk / wv itself; 0.3's GQAttention holds a
+#: qkv_linear (FusedQKVLinear.wqkv by default, QKVLinear.wq / wk / wv when unfused). DeepSeek-V3's MLA has
+#: `attention.wq` (q_lora_rank 0) but wkv_a / wkv_b, in 0.2.2 and 0.3.0 alike (models/deepseek_v3/model/
+#: model.py `Attention` there, the MLA config here): a `wq` alone says nothing of the version.
 _ATTENTION_0_2 = re.compile(r"(^|\.)attention\.w[qkv]$")
+_ATTENTION_0_2_KV = re.compile(r"(^|\.)attention\.w[kv]$")
 _ATTENTION_0_3 = re.compile(r"(^|\.)attention\.qkv_linear\.w(qkv|q|k|v)$")
 #: torchtitan's feed-forward names (w1, w2, w3), shared by 0.2 and 0.3: they tell a torchtitan model's head
 #: (0.2 `output`, 0.3 `lm_head`) from another library's (Hugging Face's is `lm_head` too).
 _TORCHTITAN_FEED_FORWARD = re.compile(r"(^|\.)feed_forward\.w[123]$")
+#: The grouped experts of a torchtitan MoE layer: 0.2.2's `moe.experts` (models/moe/moe.py `MoE.experts`, a
+#: GroupedExperts), 0.3.0's `moe.routed_experts.inner_experts` (models/common/moe `RoutedExperts` around
+#: its GroupedExperts). Both MoE layers hold the router as `moe.router.gate`.
+_EXPERTS_0_2 = re.compile(r"(^|\.)moe\.experts$")
+_EXPERTS_0_3 = re.compile(r"(^|\.)moe\.routed_experts\.inner_experts$")
+_ROUTER = re.compile(r"(^|\.)moe\.router\.gate$")
 _LLAMA3_FLAVORS_0_3 = {  # (dim, blocks) -> flavor, from torchtitan 0.3.0's llama3_configs
     (256, 6): "debugmodel",
     (2048, 16): "1B",
@@ -327,28 +341,55 @@ _LLAMA3_FLAVORS_0_3 = {  # (dim, blocks) -> flavor, from torchtitan 0.3.0's llam
 
 @dataclass(frozen=True)
 class NamesLookLike:
-    """Which torchtitan version's Linear names a model has, and the evidence."""
+    """Which torchtitan version's names a model has, and the evidence: its attention projections, its head,
+    its grouped MoE experts (each None when it says nothing)."""
 
     version: str  # TORCHTITAN_0_2 or TORCHTITAN_0_3
-    attention: str  # e.g. "attention.wq / wk / wv"
+    attention: str | None  # e.g. "attention.wq / wk / wv"
     head: str | None  # "output" or "lm_head", when the model has that head
+    experts: str | None = None  # "moe.experts" or "moe.routed_experts.inner_experts"
+
+    def words(self, *, experts: bool = True) -> str:
+        """The evidence in words: `attention.wq / wk / wv and the head 'output'` (`experts`: with the
+        grouped experts' name, when it is evidence)."""
+        parts = [self.attention] if self.attention else []
+        if self.head:
+            parts.append(f"the head {self.head!r}")
+        if self.experts and experts:
+            parts.append(f"the grouped MoE experts {self.experts}")
+        return " and ".join(parts)
 
 
-def names_look_like(linear_fqns: list[str] | tuple[str, ...]) -> NamesLookLike | None:
-    """torchtitan 0.2 when a block's attention holds `wq` / `wk` / `wv` itself, 0.3 when it holds a
-    `qkv_linear`; None for other names (Hugging Face, Megatron, a model of the user's own)."""
-    old = any(_ATTENTION_0_2.search(fqn) for fqn in linear_fqns)
-    new = any(_ATTENTION_0_3.search(fqn) for fqn in linear_fqns)
+def names_look_like(
+    linear_fqns: list[str] | tuple[str, ...], expert_groups: list[str] | tuple[str, ...] = ()
+) -> NamesLookLike | None:
+    """torchtitan 0.2 when an attention holds `wq` with `wk` / `wv` itself, or torchtitan's MoE holds its
+    grouped experts as `moe.experts` beside a `moe.router.gate`; 0.3 when an attention holds a `qkv_linear`
+    or the experts are `moe.routed_experts.inner_experts`. None for other names (Hugging Face, Megatron, a
+    model of the user's own, DeepSeek-V3's MLA without experts, which both versions name alike) and when the
+    evidence disagrees. `expert_groups`: the FQNs of the modules holding grouped expert weights."""
+    old_attention = any(_ATTENTION_0_2_KV.search(fqn) for fqn in linear_fqns) and any(
+        fqn.endswith("attention.wq") for fqn in linear_fqns
+    )
+    new_attention = any(_ATTENTION_0_3.search(fqn) for fqn in linear_fqns)
+    router = any(_ROUTER.search(fqn) for fqn in linear_fqns)
+    old_experts = router and any(_EXPERTS_0_2.search(group) for group in expert_groups)
+    new_experts = any(_EXPERTS_0_3.search(group) for group in expert_groups)
+    old, new = old_attention or old_experts, new_attention or new_experts
     if old == new:
         return None
     torchtitan_ffn = any(_TORCHTITAN_FEED_FORWARD.search(fqn) for fqn in linear_fqns)
     if old:
         head = "output" if torchtitan_ffn and "output" in linear_fqns else None
-        return NamesLookLike(TORCHTITAN_0_2, "attention.wq / wk / wv", head)
+        attention = "attention.wq / wk / wv" if old_attention else None
+        return NamesLookLike(TORCHTITAN_0_2, attention, head, "moe.experts" if old_experts else None)
     fused = any(fqn.endswith("qkv_linear.wqkv") for fqn in linear_fqns)
     head = "lm_head" if torchtitan_ffn and "lm_head" in linear_fqns else None
-    attention = "attention.qkv_linear.wqkv" if fused else "attention.qkv_linear.wq / wk / wv"
-    return NamesLookLike(TORCHTITAN_0_3, attention, head)
+    attention = None
+    if new_attention:
+        attention = "attention.qkv_linear.wqkv" if fused else "attention.qkv_linear.wq / wk / wv"
+    experts = "moe.routed_experts.inner_experts" if new_experts else None
+    return NamesLookLike(TORCHTITAN_0_3, attention, head, experts)
 
 
 def llama3_flavor(layers) -> str:
@@ -360,25 +401,69 @@ def llama3_flavor(layers) -> str:
     return _LLAMA3_FLAVORS_0_3.get((query[0].K, len(query)), "FLAVOR")
 
 
-def version_mismatch(layers, writes_version: str) -> str | None:
+def version_mismatch(layers, writes_version: str, expert_groups: tuple[str, ...] = ()) -> str | None:
     """A warning when a torchtitan config for `writes_version` (TORCHTITAN_0_2: torchtitan-toml,
-    TORCHTITAN_0_3: torchtitan-py) is written from a model whose Linear names are the other version's: its
-    filter_fqns names layers that torchtitan's model of that version does not have. `layers`: objects with
-    fqn and K (the advice's layers)."""
-    looks = names_look_like([layer.fqn for layer in layers])
+    TORCHTITAN_0_3: torchtitan-py) is written from a model that is not torchtitan's registry (a model file,
+    a Hugging Face config) whose names are the other version's: its filter names layers that torchtitan's
+    model of that version does not have. A heuristic, so a warning: the user's own model may have these
+    names in either version. A registry target never comes here (`registry_format_conflict`: its names are
+    the installed torchtitan's, known, and a mismatch is refused). `layers`: objects with fqn and K (the
+    advice's layers); `expert_groups`: the FQNs of the modules holding grouped expert weights."""
+    looks = names_look_like([layer.fqn for layer in layers], expert_groups)
     if looks is None or looks.version == writes_version:
         return None
-    names = looks.attention + (f" and the head {looks.head!r}" if looks.head else "")
     if writes_version == TORCHTITAN_0_3:
+        if looks.attention is None:  # 0.2 experts only: 0.3's converter takes every group, whatever its name
+            return None
         return (
-            f"this model has torchtitan 0.2's Linear names ({names}), but --format torchtitan-py is for "
-            "torchtitan 0.3, whose Llama has a fused attention.qkv_linear.wqkv and lm_head: on that model "
-            "this filter_fqns converts a set nobody advised. Advise on torchtitan 0.3's own model: "
+            f"this model has torchtitan 0.2's Linear names ({looks.words(experts=False)}), but --format "
+            "torchtitan-py is for torchtitan 0.3, whose Llama has a fused attention.qkv_linear.wqkv and "
+            "lm_head: on that model this filter_fqns converts a set nobody advised. Advise on torchtitan "
+            "0.3's own model: "
             f"fp8advisor suggest torchtitan:llama3/{llama3_flavor(layers)} --format torchtitan-py"
         )
     return (
-        f"this model has torchtitan 0.3's Linear names ({names}), but --format torchtitan-toml is for "
-        "torchtitan 0.2.x, whose Llama has separate attention.wq / wk / wv and an output head: this "
-        "filter_fqns names layers torchtitan 0.2 does not have. For torchtitan 0.3 write "
-        "--format torchtitan-py"
+        f"this model has torchtitan 0.3's names ({looks.words()}), but --format torchtitan-toml is for "
+        "torchtitan 0.2.x, whose Llama has separate attention.wq / wk / wv and an output head, and whose MoE "
+        "holds its grouped experts as moe.experts: this file names layers torchtitan 0.2 does not have. For "
+        "torchtitan 0.3 write --format torchtitan-py"
     )
+
+
+def installed_names_version() -> str | None:
+    """The torchtitan version whose names a registry target has: the installed torchtitan's major.minor
+    ("0.3" of 0.3.0), which builds it (`load`); None when torchtitan is not installed or its version cannot
+    be read."""
+    match = re.match(r"(\d+)\.(\d+)", torchtitan_version())
+    return f"{match[1]}.{match[2]}" if match else None
+
+
+def _version_key(version: str) -> tuple[int, int]:
+    major, _, minor = version.partition(".")
+    return int(major), int(minor)
+
+
+def registry_format_conflict(target: str, writes_version: str, fmt_name: str) -> str | None:
+    """Why a torchtitan config for `writes_version` (TORCHTITAN_0_2: torchtitan-toml, TORCHTITAN_0_3:
+    torchtitan-py) cannot be written from the registry target `target`, or None when it can (or `target` is
+    not one). A registry model is built by the installed torchtitan's `model_registry` (torchtitan 0.3 and
+    later: 0.2.x has none), so its names are that version's, known for certain: torchtitan-toml (0.2.x)
+    never fits, torchtitan-py fits 0.3 and later. Checked before the work (nothing is imported)."""
+    if not is_registry_target(target):
+        return None
+    installed = installed_names_version()
+    if writes_version == TORCHTITAN_0_2:
+        built_by = f"torchtitan {torchtitan_version()}" if installed else "torchtitan 0.3 or later"
+        return (
+            f"{target.strip()} is built by {built_by} (model_registry: torchtitan 0.2.x has none), so its "
+            f"names are that version's; --format {fmt_name} is torchtitan 0.2.x's job config, whose models "
+            "name their layers differently (0.2's Llama has attention.wq / wk / wv and an output head, its "
+            "MoE experts are moe.experts, not moe.routed_experts.inner_experts): the file would convert "
+            "other layers than advised"
+        )
+    if installed is not None and _version_key(installed) < _version_key(TORCHTITAN_0_3):
+        return (
+            f"--format {fmt_name} is torchtitan 0.3's recipe function, but the installed torchtitan is "
+            f"{torchtitan_version()}, whose model names are {installed}'s"
+        )
+    return None

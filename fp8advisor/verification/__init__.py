@@ -9,10 +9,15 @@ every difference (exit 0 or 1).
 - `verifier`: `verify`, its steps in order; `settings`: the request and the advice it is compared with.
 - `conversion`: the model converted as the config says (torchao's own swap); `experts`: the routed experts'
   conversion read back and compared.
+- `framework_check`: the framework's own loader and converter where it is installed (`native_torchtitan`,
+  `native_torchao` for torchao / accelerate / NeMo AutoModel, `native_megatron`; records in `native`), against
+  the conversion above.
 - `execution`: one traced forward + backward, on the GPU or emulated on the CPU, on the model itself or its
   `shadow` (same names, smaller widths); `trace`: which GEMMs each layer dispatched, float8 or not;
   `numerics`: each converted layer's SQNR against bf16.
 - `differences`: what differs from the advice, in the order the report gives it; `report`: the records.
+- `megatron_check`: a Megatron-Core precision config instead: which Transformer Engine modules Megatron's
+  matcher puts in float8 against the advice; nothing runs.
 """
 
 from fp8advisor._lazy import lazy_exports

@@ -1,6 +1,7 @@
 """What `verify` reports as differing (`Difference`), and why.
 
-The config as a whole against the request: its recipe against --recipe, and FP8 switched off while the
+The config as a whole against the request: its recipe against --recipe, its FSDP float8 all-gather against
+the request's (`--float8-all-gather`, from the header's check command), and FP8 switched off while the
 advice converts some layer. Each nn.Linear: the config's decision against `advise` for the same model, batch,
 seq, recipe and profile; against what the trace saw run (every converted layer must run float8 GEMMs forward
 and backward, every other layer none: `fp8advisor.verification.trace`); and its SQNR against the threshold
@@ -45,6 +46,25 @@ def config_differences(
             )
         )
     return differences
+
+
+def setting_differences(config: FrameworkConfig, float8_all_gather: bool | None) -> list[Difference]:
+    """The settings of a config that trains in float8 against the request's: FSDP float8 all-gather against
+    `float8_all_gather` (`settings.requested_float8_all_gather`; None: nothing asks, not compared; nor where
+    the file's format has no such setting, `FrameworkConfig.float8_all_gather` None)."""
+    if not config.enabled or float8_all_gather is None or config.float8_all_gather is None:
+        return []
+    if config.float8_all_gather == float8_all_gather:
+        return []
+    says, asks = ("on", "off") if config.float8_all_gather else ("off", "on")
+    return [
+        Difference(
+            DifferenceKind.SETTING,
+            str(config.path),
+            f"FSDP float8 all-gather is {says} in the config, the request (--float8-all-gather in its "
+            f"header's check command) has it {asks}: the step was predicted with it {asks}",
+        )
+    ]
 
 
 def check_layers(
@@ -182,5 +202,6 @@ __all__ = [
     "check_layers",
     "config_differences",
     "in_report_order",
+    "setting_differences",
     "unused_entry_differences",
 ]

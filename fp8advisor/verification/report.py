@@ -20,6 +20,7 @@ class DifferenceKind(str, Enum):
 
     FP8_OFF = "fp8 off"
     RECIPE = "recipe differs"
+    SETTING = "setting differs"
     UNUSED_ENTRY = "filter entry matches no layer"
     AGAINST_ADVICE = "converted against the advice"
     LEFT_BF16 = "advised, left in bf16"
@@ -28,6 +29,7 @@ class DifferenceKind(str, Enum):
     UNEXPECTED_FLOAT8 = "float8 where not converted"
     NUMERICS = "numerics"
     EXPERTS = "experts differ from the advice"
+    FRAMEWORK = "the framework's own conversion differs"
 
     def __str__(self) -> str:
         return self.value
@@ -171,6 +173,8 @@ class VerifyReport:
     sqnr_threshold_db: float = SQNR_THRESHOLD_DB
     notes: tuple[str, ...] = ()
     experts: tuple[ExpertCheck, ...] = ()  # one per group of grouped MoE experts (empty: a dense model)
+    #: whether the framework's own conversion ran, and what it found (`native.framework_line`)
+    framework: str = ""
 
     @property
     def passed(self) -> bool:
@@ -205,6 +209,7 @@ class VerifyReport:
             "differences": [difference.to_json() for difference in self.differences],
             "layers": [layer.to_json() for layer in self.layers],
             "experts": [group.to_json() for group in self.experts],
+            "framework": self.framework,
             "notes": list(self.notes),
         }
 

@@ -2,7 +2,9 @@
 
 `advice_settings` merges a command line with the header `fp8advisor suggest` wrote into the config (the
 command line wins, and the disagreement is said); `advice_for` runs `advise` with them for the model, as
-`suggest` did, so that the config is checked against the very advice it was written from.
+`suggest` did (the MoE experts' `--expert-imbalance` included), so that the config is checked against the
+very advice it was written from. `requested_float8_all_gather` is the FSDP float8 all-gather the config must
+set up: the request's, for a file `suggest` wrote (its check command carries `--float8-all-gather`).
 """
 
 from __future__ import annotations
@@ -79,8 +81,22 @@ def advice_for(
         compare_torchao_auto=False,
         tensor_parallel=request.tensor_parallel,
         in_context=in_context,
+        expert_imbalance=request.expert_imbalance,
         expert_parallel=request.expert_parallel,
     )
+
+
+def requested_float8_all_gather(config_path: str | Path, request: SuggestRequest) -> bool | None:
+    """The FSDP float8 all-gather `verify` compares the config's with (`differences.config_differences`):
+    the request's where it comes from a header `fp8advisor suggest` wrote (absent from the check command:
+    off), or where the request turns it on; None for a hand-written file verified without it (nothing asks
+    for either value: its framework's default is no difference)."""
+    from fp8advisor.frameworks.header import read_header
+    from fp8advisor.frameworks.reader import read_config_text
+
+    if request.float8_all_gather or read_header(read_config_text(config_path)) is not None:
+        return request.float8_all_gather
+    return None
 
 
 def _profile_choice(profile: str | None, predictor: Callable | None, grouped_profile: str | None = None):
@@ -109,4 +125,4 @@ class _TestProfile:
         return True
 
 
-__all__ = ["advice_for", "advice_settings"]
+__all__ = ["advice_for", "advice_settings", "requested_float8_all_gather"]

@@ -6,7 +6,9 @@ framework would), each in its own module of this package:
 1. Conversion (`conversion`; grouped MoE experts: `experts`). The model is built on the meta device (no
    memory) and converted by torchao's own swap with the config's recipe and the framework's exact module
    filter. The layers it converts are compared with `advise` for the same model, batch, seq, recipe and
-   profile (`settings`), and each filter entry that matches no nn.Linear FQN is named.
+   profile (`settings`), and each filter entry that matches no nn.Linear FQN is named. Where the config's
+   framework is installed, its own loader and converter run too (`framework_check`), and every layer or
+   expert group it converts otherwise than that reading of the file is a difference.
 2. Execution (`execution`; a model too large to build here: `shadow`). One forward and backward on small
    real tensors, on a GPU with FP8 tensor cores when there is one, else with torchao's emulated float8 on the
    CPU.
@@ -16,7 +18,8 @@ framework would), each in its own module of this package:
    output gradient it saw in the bf16 model: the SQNR of its output and of its input gradient.
 
 `differences` says what differs; `report` holds the records `verify` returns. This module runs the steps in
-order.
+order. A Megatron-Core precision config (`suggest --format megatron`) is checked by `megatron_check` instead:
+which Transformer Engine modules Megatron's matcher puts in float8, against the advice; nothing runs.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fp8advisor.frameworks.config_record import FrameworkConfig
-from fp8advisor.frameworks.reader import read_config
+from fp8advisor.frameworks.formats import ConfigFormat
+from fp8advisor.frameworks.reader import detect_framework, read_config, read_config_text
 from fp8advisor.inspect.records import ModelLayers
 from fp8advisor.recipes import Recipe, parse_recipe
 from fp8advisor.request import AUTO, SuggestRequest
@@ -37,6 +41,7 @@ from fp8advisor.verification.differences import (
     check_layers,
     config_differences,
     in_report_order,
+    setting_differences,
     unused_entry_differences,
 )
 from fp8advisor.verification.execution import (
@@ -49,9 +54,10 @@ from fp8advisor.verification.execution import (
     run_step,
 )
 from fp8advisor.verification.experts import check_experts, mark_expert_wrapped
+from fp8advisor.verification.megatron_check import verify_megatron
 from fp8advisor.verification.numerics import SQNR_THRESHOLD_DB, converted_layer_sqnr
-from fp8advisor.verification.report import VerifyReport
-from fp8advisor.verification.settings import advice_for
+from fp8advisor.verification.report import DifferenceKind, VerifyReport
+from fp8advisor.verification.settings import advice_for, requested_float8_all_gather
 
 if TYPE_CHECKING:
     from fp8advisor.advice.records import Advice
@@ -81,12 +87,15 @@ def verify(
     (`fp8advisor.frameworks.reader.read_config`).
     Raises AdvisorError subclasses (exit 2) for unusable input; the report's `exit_code` is 0 or 1.
     """
+    if _is_megatron_file(config_path):  # Transformer Engine modules of Megatron's GPTModel: nothing to run
+        return verify_megatron(request, config_path, predictor=predictor)
     # 1. The model at the advised batch x seq, and the advice.
     advised = _advised(request, config_path, predictor, trust_config)
     config, advice, meta = advised.config, advised.advice, advised.meta
     run_recipe = config.recipe
     assert run_recipe is not None
     differences = config_differences(config, advised.requested_recipe, advised_any=bool(advice.convert_fqns))
+    differences += setting_differences(config, requested_float8_all_gather(config_path, request))
 
     # 2. Which layers the framework converts: torchao's own swap on the real-shaped meta model.
     shapes_model = copy.deepcopy(meta.model)  # meta tensors: no memory; kept unconverted for the shadow
@@ -94,9 +103,13 @@ def verify(
     converted = convert(meta.model, config, run_recipe, emulate=device.emulate)
     expert_checks, expert_differences, expert_notes = check_experts(advice, config, meta.model)
     differences.extend(expert_differences)
+    linear_layers = [layer for layer in advised.model_layers.layers if layer.is_linear]
+    framework_differences, framework, framework_notes = _framework_check(
+        advised, shapes_model, linear_layers, converted, expert_checks
+    )
+    differences.extend(framework_differences)
 
     # 3. Run one traced step: the model itself when small enough, else its shadow.
-    linear_layers = [layer for layer in advised.model_layers.layers if layer.is_linear]
     run_tokens = max(16, min(run_seq, request.seq) // 16 * 16)
     plan = StepPlan(
         meta.spec,  # parsed once: a Hub id is not looked up again
@@ -121,6 +134,7 @@ def verify(
     )
     differences.extend(layer_differences)
     checks = mark_expert_wrapped(checks, expert_differences)
+    checks = _mark_framework_differences(checks, framework_differences)
 
     # 6. Filter entries that match nothing, and the report.
     differences.extend(unused_entry_differences(config, linear_layers))
@@ -136,9 +150,60 @@ def verify(
         differences=tuple(in_report_order(differences)),
         execution=step.execution,
         sqnr_threshold_db=sqnr_threshold_db,
-        notes=_notes(advised, step, expert_notes),
+        notes=_notes(advised, step, [*expert_notes, *framework_notes]),
         experts=expert_checks,
+        framework=framework,
     )
+
+
+def _mark_framework_differences(checks: list, framework_differences: list) -> list:
+    """The Linear checks where the framework's own conversion differs, with that problem (the table shows
+    it)."""
+    from dataclasses import replace
+
+    detail = {difference.subject: difference.detail for difference in framework_differences}
+    return [
+        replace(check, problems=(*check.problems, f"{DifferenceKind.FRAMEWORK.value}: {detail[check.fqn]}"))
+        if check.fqn in detail
+        else check
+        for check in checks
+    ]
+
+
+def _framework_check(
+    advised: _Advised, shapes_model, linear_layers: list, simulated: set[str], expert_checks
+) -> tuple[list, str, tuple[str, ...]]:
+    """The framework's own conversion of the config (`native`: where it is installed) against the simulated
+    one (`simulated` Linear FQNs, the expert groups of `expert_checks` it converts): the differences, the
+    line the report says about it, and what the framework's run said (notes)."""
+    from fp8advisor.verification.framework_check import (
+        framework_line,
+        framework_notes,
+        native_conversion,
+        native_differences,
+    )
+
+    native = native_conversion(advised.config, advised.target, shapes_model)
+    judged = [check for check in expert_checks if check.converted is not None]
+    simulated_experts = (
+        {module for check in judged if check.converted for module in check.modules} if judged else None
+    )
+    differences = native_differences(
+        native,
+        [layer.fqn for layer in linear_layers],
+        simulated,
+        simulated_experts,
+        set(advised.advice.convert_fqns),
+    )
+    line = framework_line(native, len(differences), has_expert_groups=simulated_experts is not None)
+    return differences, line, framework_notes(native)
+
+
+def _is_megatron_file(config_path: str | Path) -> bool:
+    """Whether the config is a Megatron-Core precision config, which `read_config` refuses and
+    `megatron_check` checks."""
+    path = Path(config_path)
+    return detect_framework(path, read_config_text(path)) is ConfigFormat.MEGATRON
 
 
 @dataclass(frozen=True)
@@ -147,6 +212,7 @@ class _Advised:
 
     config: FrameworkConfig  # with its recipe (a bare filter list: the advised one)
     requested_recipe: Recipe | None  # --recipe, None for "auto"
+    target: str  # the TARGET
     meta: LoadedModel  # the model on the meta device
     model_layers: ModelLayers  # its layers at the advised batch x seq
     advice: Advice
@@ -167,7 +233,7 @@ def _advised(
     advice = advice_for(model_layers, config, requested_recipe, request, predictor)
     if config.recipe is None:  # a bare filter list trains with the advised recipe
         config = config.with_recipe(advice.recipe)
-    return _Advised(config, requested_recipe, meta, model_layers, advice)
+    return _Advised(config, requested_recipe, target, meta, model_layers, advice)
 
 
 def _notes(advised: _Advised, step: Step, expert_notes: list[str]) -> tuple[str, ...]:

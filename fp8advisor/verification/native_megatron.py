@@ -1,0 +1,183 @@
+"""Megatron-Core's own reading of a `--te-precision-config-file` (what `suggest --format megatron` writes), on
+the module names of a real Megatron `GPTModel`.
+
+What Megatron does with the file (megatron-core 0.16.1, read in its source):
+
+- `megatron/core/quantization/utils.py` `load_quantization_recipe(path)` ->
+  `quant_config.RecipeConfig.from_yaml_file` (yaml.SafeLoader; the enabled glob matchers in file order);
+- `megatron/core/models/gpt/gpt_model.py` `GPTModel.__init__` ends with: for every `(name, module)` of
+  `self.named_modules()` that has `finish_init`, `get_quant_config_or_none(name, config.quant_recipe)` (the
+  first matcher whose `fnmatch` pattern matches the name picks a config key) and `module.finish_init(...)`;
+- `megatron/core/extensions/transformer_engine.py`: only Transformer Engine's linear modules have
+  `finish_init`, and parse the picked config with `TEQuantizationParams.parse_from_config`; a training
+  recipe with an fp8 (or fp4) quantization recipe runs that module quantized, `training_recipe: {}` forces
+  bf16 (`_get_fp8_autocast_for_quant_recipe`).
+
+The model is built here, on the meta device, as Megatron's unit tests build one: a gloo process group of world
+size 1, `parallel_state.initialize_model_parallel(1, 1)`, a tiny `TransformerConfig` with the target's number
+of decoder layers (names do not depend on widths), `GPTModel` with the local layer spec
+(`get_gpt_layer_local_spec`): Transformer Engine has no CPU build, and its spec cannot be made without it.
+The local spec puts Megatron's own `ColumnParallelLinear` / `RowParallelLinear` in exactly the slots where
+the Transformer Engine spec (`get_gpt_layer_with_transformer_engine_spec`) puts Transformer Engine's linear
+modules (`linear_qkv`, `linear_proj`, `linear_fc1`, `linear_fc2` of each `decoder.layers.N`); `output_layer`
+is Megatron's own ColumnParallelLinear in both, without `finish_init`. So the modules matched here are the
+parallel linears under `decoder`: those the Transformer Engine model calls `finish_init` on. Megatron's
+matcher and its config parser then run as they are; nothing is lifted.
+
+A module whose config is quantized runs float8 only with `--fp8-format` on the command line (the config does
+not turn float8 on in an unquantized context, `override_nonquantized_autocast` false): the file's header
+says to pass it; this check assumes it. A file Megatron refuses (an assertion in its matcher, a config its
+parser rejects) is a ConfigError naming Megatron-Core.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fp8advisor.errors import ConfigError, describe_error
+from fp8advisor.verification.native import NativeConversion, NotRun
+from fp8advisor.verification.native_torchao import installed_version
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from fp8advisor.advice.records import Advice
+    from fp8advisor.frameworks.config_record import FrameworkConfig
+
+FRAMEWORK = "Megatron-Core"
+
+#: The layer index in a traced model's FQN (`layers.3.feed_forward.w1`, `model.layers.3.mlp.up_proj`).
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def decoder_layers(meta_model: nn.Module) -> int:
+    """The number of decoder layers of the traced model: one more than the highest `layers.N` index."""
+    from torch import nn
+
+    found = [
+        int(match.group(1))
+        for fqn, module in meta_model.named_modules()
+        if isinstance(module, nn.Linear) and (match := _LAYER.search(fqn))
+    ]
+    return max(found) + 1 if found else 0
+
+
+@contextlib.contextmanager
+def _model_parallel_world_of_one() -> Iterator[None]:
+    """A gloo process group of world size 1 and Megatron's model-parallel state (TP 1, PP 1), as Megatron's
+    unit tests set them up; torn down on exit unless they were up already."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    started_group = not dist.is_initialized()
+    with tempfile.TemporaryDirectory() as folder:
+        if started_group:
+            dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=0, world_size=1)
+        started_state = not parallel_state.model_parallel_is_initialized()
+        try:
+            if started_state:
+                parallel_state.initialize_model_parallel(1, 1)
+            yield
+        finally:
+            if started_state:
+                parallel_state.destroy_model_parallel()
+            if started_group:
+                dist.destroy_process_group()
+
+
+def gpt_model_te_linear_names(n_layers: int) -> list[str]:
+    """The names `GPTModel.named_modules()` gives its Transformer Engine linear modules for `n_layers` decoder
+    layers, from a real GPTModel (local spec: see the module docstring), in its order."""
+    import torch
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    config = TransformerConfig(
+        num_layers=n_layers,
+        hidden_size=64,
+        num_attention_heads=4,
+        ffn_hidden_size=128,
+        gated_linear_unit=True,  # SwiGLU: gate and up fused in linear_fc1, as in Llama
+        add_bias_linear=False,
+        use_cpu_initialization=True,
+    )
+    with _model_parallel_world_of_one(), torch.device("meta"):
+        model = GPTModel(config, get_gpt_layer_local_spec(), vocab_size=128, max_sequence_length=64)
+    return [
+        name
+        for name, module in model.named_modules()
+        if name.startswith("decoder.") and isinstance(module, (ColumnParallelLinear, RowParallelLinear))
+    ]
+
+
+def megatron_float8_modules(path: str | Path, n_layers: int) -> frozenset[str]:
+    """The GPTModel modules (Megatron's names) that Megatron-Core runs quantized with the precision config at
+    `path`, for a model of `n_layers` decoder layers: its own loader, matcher and config parser."""
+    from megatron.core.extensions.transformer_engine import TEQuantizationParams
+    from megatron.core.quantization.utils import get_quant_config_or_none, load_quantization_recipe
+
+    names = gpt_model_te_linear_names(n_layers)
+    try:
+        recipe = load_quantization_recipe(str(path))
+        float8 = set()
+        for name in names:
+            picked = get_quant_config_or_none(name, recipe)
+            if picked is None:
+                continue  # no matcher: the module runs as the command line says
+            training = TEQuantizationParams.parse_from_config(picked).training_recipe
+            if training.fp8_quantization_recipe is not None or training.fp4_quantization_recipe is not None:
+                float8.add(name)
+    except Exception as error:  # noqa: BLE001 - Megatron's own refusal (AssertionError, ValueError, KeyError)
+        raise ConfigError(
+            f"{FRAMEWORK} rejects this precision config: {describe_error(error)}",
+            location=str(path),
+            hint="write it again with `fp8advisor suggest --format megatron`",
+        ) from error
+    return frozenset(float8)
+
+
+def megatron_conversion(
+    config: FrameworkConfig | str | Path,
+    target: str,
+    meta_model: nn.Module,
+    *,
+    advice: Advice | None = None,
+) -> NativeConversion | NotRun:
+    """What Megatron-Core puts in float8 with the precision config `config` (a FrameworkConfig or the file's
+    path) for the model of `target` (`meta_model`: its number of decoder layers). `linear_fqns` are Megatron's
+    module names (`decoder.layers.N.mlp.linear_fc1`); with `advice`, the traced model's Linear FQNs each
+    module fuses (`emit.megatron.plan(advice).modules`' parts: `linear_fc1` = gate + up, ...). NotRun when
+    Megatron-Core is not installed."""
+    version = installed_version("megatron-core")
+    if version is None:
+        return NotRun(FRAMEWORK, "not installed (pip install megatron-core)")
+    framework = f"{FRAMEWORK} {version}"
+    path = Path(config) if isinstance(config, (str, Path)) else config.path
+    try:
+        float8 = megatron_float8_modules(path, decoder_layers(meta_model))
+    except ImportError as error:
+        return NotRun(FRAMEWORK, f"{framework} cannot be run here ({describe_error(error)})")
+    notes = ("assumes --fp8-format on the command line, as the file's header says",)
+    if advice is None:
+        return NativeConversion(framework, float8, None, (*notes, "names: Megatron's GPTModel modules"))
+    from fp8advisor.emit.megatron import plan
+
+    fused = {module.name: module.parts for module in plan(advice).modules}
+    linear = frozenset(part.fqn for name in float8 for part in fused.get(name, ()))
+    return NativeConversion(framework, linear, None, notes)
+
+
+__all__ = [
+    "FRAMEWORK",
+    "decoder_layers",
+    "gpt_model_te_linear_names",
+    "megatron_conversion",
+    "megatron_float8_modules",
+]
