@@ -86,3 +86,19 @@ def torchtitan_toml(
         f'[model]\nconverters = ["{converters}"]\n\n[quantize.linear.float8]\nrecipe_name = "{recipe}"\n'
         f"filter_fqns = [{entries}]\n\n[compile]\nenable = true\n"
     )
+
+
+def use_test_predictor(monkeypatch) -> None:
+    """The CLI's `verify` asks for a profile; make it answer with `predictor` (the verify CLI tests' autouse
+    fixture calls this)."""
+    from dataclasses import replace
+
+    from fp8advisor.verification import verifier as verify_module
+
+    real_verify = verify_module.verify
+
+    def verify_with_predictor(request, config, **kwargs):
+        kwargs["predictor"] = predictor
+        return real_verify(replace(request, profile=None), config, **kwargs)
+
+    monkeypatch.setattr(verify_module, "verify", verify_with_predictor)

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _verify_helpers import advise_with_predictor, predictor, torchtitan_toml, write_tiny_model  # noqa: E402
+from _verify_helpers import (  # noqa: E402
+    advise_with_predictor,
+    torchtitan_toml,
+    use_test_predictor,
+    write_tiny_model,
+)
 
 from fp8advisor.cli import app  # noqa: E402
-from fp8advisor.verification import verifier as verify_module  # noqa: E402
 
 runner = CliRunner()
 
@@ -27,13 +30,7 @@ def tiny(tmp_path_factory) -> str:
 @pytest.fixture(autouse=True)
 def test_predictor(monkeypatch):
     """The CLI asks for a profile; the tests answer with the fixed predictor of _verify_helpers."""
-    real_verify = verify_module.verify
-
-    def verify_with_predictor(request, config, **kwargs):
-        kwargs["predictor"] = predictor
-        return real_verify(replace(request, profile=None), config, **kwargs)
-
-    monkeypatch.setattr(verify_module, "verify", verify_with_predictor)
+    use_test_predictor(monkeypatch)
 
 
 def invoke(*args: str):

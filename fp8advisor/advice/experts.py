@@ -12,7 +12,6 @@ decides each group as one GPU runs it, E / P experts (`local_experts`).
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -22,25 +21,10 @@ from fp8advisor.advice.records import ExpertAdvice, LayerAdvice
 from fp8advisor.inspect.records import ExpertForm, ExpertGemm, ExpertGroup, ModelLayers
 from fp8advisor.predict.figures import weakest_provenance
 from fp8advisor.recipes import Recipe, dims_divisible_by_16
+from fp8advisor.request import check_expert_imbalance
 
 #: `expert_predictor(group, imbalance)` -> `predict.speedup.GroupTimes` (None: M per expert unknown).
 ExpertPredictor = Callable[[ExpertGroup, float], Any]
-
-
-def check_expert_imbalance(imbalance: float) -> float:
-    """`--expert-imbalance` as a float >= 1 (1.0: balanced routing), or one clear error."""
-    from fp8advisor.errors import AdvisorError
-
-    try:
-        value = float(imbalance)
-    except (TypeError, ValueError):
-        value = math.nan
-    if not (math.isfinite(value) and value >= 1.0):
-        raise AdvisorError(
-            f"--expert-imbalance must be a number >= 1.0, not {imbalance}",
-            hint="the busiest expert's rows over the mean: 1.0 is balanced routing, e.g. 1.5",
-        )
-    return value
 
 
 def check_expert_parallel(expert_parallel: int, groups: Sequence[ExpertGroup]) -> int:

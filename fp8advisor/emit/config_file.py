@@ -156,8 +156,7 @@ def render(
     if not as_json:  # JSON has no comments: format_warnings says it on stderr instead
         header = header + expert_notes(advice, fmt)
     if not advice.convert_fqns and not converted_expert_modules(advice, fmt) and fmt in FP8_OFF_RENDERERS:
-        off = FP8_OFF_RENDERERS[fmt]  # torchtitan's also set the advised point: the experts decide --ep's
-        return off(header, request, advice) if fmt in TORCHTITAN_FORMAT_VERSIONS else off(header, request)
+        return FP8_OFF_RENDERERS[fmt](header, request, advice)
     if fmt is ConfigFormat.TORCHTITAN_TOML:
         return torchtitan_toml(advice, header, request)
     if fmt is ConfigFormat.TORCHTITAN_PY:
@@ -186,9 +185,9 @@ def format_warnings(advice: Advice, fmt: ConfigFormat | str) -> list[str]:
     return ([] if warning is None else [warning]) + warnings
 
 
-#: The file of each format that leaves FP8 off, from its header and the request (only torchtitan-py names the
-#: model from it; the torchtitan ones also take the advice, whose experts decide whether the expert-parallel
-#: degree is written); the bare filter list has no switch: not here.
+#: The file of each format that leaves FP8 off, from its header, the request and the advice (torchtitan-py
+#: names the model from the request; the torchtitan files set the advised point, whose expert-parallel
+#: degree is written when the advice has experts); the bare filter list has no switch: not here.
 FP8_OFF_RENDERERS = {
     ConfigFormat.TORCHTITAN_TOML: torchtitan_toml_off,
     ConfigFormat.TORCHTITAN_PY: torchtitan_py_off,

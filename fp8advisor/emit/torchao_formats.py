@@ -297,14 +297,14 @@ def filter_json(advice: Advice, header: list[str]) -> str:
     return f'{{"generated_by": {dumps(header[0])},\n{members[2:]}\n'
 
 
-def nemo_automodel_off(header: list[str], _request: SuggestRequest) -> str:
+def nemo_automodel_off(header: list[str], _request: SuggestRequest, _advice: Advice) -> str:
     """NeMo AutoModel's `fp8: enabled: false`."""
     notes = ["NeMo AutoModel: merge the fp8: section into your recipe YAML. " + FP8_OFF_NOTE]
     body = yaml.safe_dump({"fp8": {"enabled": False}}, sort_keys=False, default_flow_style=False)
     return comment(header) + comment(notes) + body
 
 
-def accelerate_off(header: list[str], _request: SuggestRequest) -> str:
+def accelerate_off(header: list[str], _request: SuggestRequest, _advice: Advice) -> str:
     """An `Accelerator(mixed_precision="bf16")`."""
     return (
         comment(header)
@@ -318,7 +318,7 @@ def accelerate_off(header: list[str], _request: SuggestRequest) -> str:
     )
 
 
-def torchao_off(header: list[str], _request: SuggestRequest) -> str:
+def torchao_off(header: list[str], _request: SuggestRequest, _advice: Advice) -> str:
     """`convert_model(model)` that only compiles: no convert_to_float8_training."""
     return (
         comment(header)

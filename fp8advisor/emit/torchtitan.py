@@ -65,7 +65,7 @@ def torchtitan_toml(advice: Advice, header: list[str], request: SuggestRequest) 
         "torchtitan 0.2.x job config: merge these sections into your --job.config_file TOML.",
         "filter_fqns keeps in bf16 every nn.Linear whose FQN contains an entry (substring match).",
     ]
-    if advice.recipe is Recipe.TENSORWISE and not float8_all_gather(request):
+    if advice.recipe is Recipe.TENSORWISE and not request.float8_all_gather:
         notes += [
             "FSDP float8 all-gather (tensorwise): regenerate with --float8-all-gather, which predicts it",
             "and writes enable_fsdp_float8_all_gather = true without recipe_name.",
@@ -83,17 +83,12 @@ def torchtitan_toml(advice: Advice, header: list[str], request: SuggestRequest) 
     )
 
 
-def float8_all_gather(request: SuggestRequest) -> bool:
-    """Whether the request asks for FSDP float8 all-gather (`--float8-all-gather`)."""
-    return bool(getattr(request, "float8_all_gather", False))
-
-
 def _toml_recipe(advice: Advice, request: SuggestRequest) -> str:
     """recipe_name, or for tensorwise with float8 all-gather the all-gather switches without it: torchtitan
     0.2.2 asserts `not enable_fsdp_float8_all_gather` when recipe_name is set, and builds tensorwise
     `Float8LinearConfig(enable_fsdp_float8_all_gather=...)` when it is not
     (torchtitan/components/quantization/float8.py `Float8LinearConverter.__init__`)."""
-    if advice.recipe is Recipe.TENSORWISE and float8_all_gather(request):
+    if advice.recipe is Recipe.TENSORWISE and request.float8_all_gather:
         return (
             "# no recipe_name: tensorwise, and torchtitan rejects it with float8 all-gather\n"
             "enable_fsdp_float8_all_gather = true\n"
@@ -317,7 +312,6 @@ def torchtitan_py_off(header: list[str], request: SuggestRequest, advice: Advice
 
 
 __all__ = [
-    "float8_all_gather",
     "torchtitan_py",
     "torchtitan_py_off",
     "torchtitan_toml",

@@ -47,9 +47,8 @@ from fp8advisor.frameworks.yaml_reader import load_yaml
 from fp8advisor.recipes import Recipe, parse_recipe
 from fp8advisor.request import AUTO, SuggestRequest
 from fp8advisor.verification.differences import in_report_order
-from fp8advisor.verification.native import NotRun
+from fp8advisor.verification.native import NotRun, installed_version
 from fp8advisor.verification.native_megatron import FRAMEWORK, megatron_float8_modules
-from fp8advisor.verification.native_torchao import installed_version
 from fp8advisor.verification.report import (
     Difference,
     DifferenceKind,

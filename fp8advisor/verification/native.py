@@ -11,6 +11,7 @@ check is a simulation).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib import metadata
 
 
 @dataclass(frozen=True)
@@ -38,4 +39,13 @@ class NotRun:
         return f"simulated: {self.framework}'s own conversion did not run ({self.reason})"
 
 
-__all__ = ["NativeConversion", "NotRun"]
+def installed_version(distribution: str) -> str | None:
+    """The installed version of a distribution (package metadata, the first on sys.path: nothing imported),
+    None when absent."""
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+__all__ = ["NativeConversion", "NotRun", "installed_version"]

@@ -40,8 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fp8advisor.errors import ConfigError, describe_error
-from fp8advisor.verification.native import NativeConversion, NotRun
-from fp8advisor.verification.native_torchao import installed_version
+from fp8advisor.verification.native import NativeConversion, NotRun, installed_version
 
 if TYPE_CHECKING:
     from torch import nn

@@ -35,11 +35,9 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import copy
 import dataclasses
 import logging
 from collections.abc import Callable, Iterator
-from importlib import metadata
 from typing import Any
 
 from torch import nn
@@ -62,7 +60,7 @@ from fp8advisor.frameworks.python_file import (
 from fp8advisor.frameworks.reader import read_config_text
 from fp8advisor.verification.conversion import converted_fqns
 from fp8advisor.verification.experts import swapped_expert_modules
-from fp8advisor.verification.native import NativeConversion, NotRun
+from fp8advisor.verification.native import NativeConversion, NotRun, installed_version
 
 #: format -> (the framework as messages name it, its distribution, its import package)
 FRAMEWORKS = {
@@ -78,21 +76,13 @@ TORCHAO = "torchao's Float8LinearConfig"
 NEMO_FP8_LOGGER = "nemo_automodel.components.quantization.fp8"
 
 
-def installed_version(distribution: str) -> str | None:
-    """The installed version of a distribution (package metadata: nothing imported), None when absent."""
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def torchao_family_conversion(
     config: FrameworkConfig, target: str, meta_model: nn.Module
 ) -> NativeConversion | NotRun:
-    """Run the framework of `config` (nemo-automodel, accelerate, torchao) on a copy of `meta_model` as it
-    would run the file; `target` is not needed (the model is given). NotRun when the framework is missing."""
-    # meta tensors: the copy costs no memory, and the caller's model stays unconverted
-    return convert_in_place(config, copy.deepcopy(meta_model))
+    """Run the framework of `config` (nemo-automodel, accelerate, torchao) on `meta_model` (a copy
+    `framework_check.native_conversion` made: converted here) as it would run the file; `target` is not needed
+    (the model is given). NotRun when the framework is missing."""
+    return convert_in_place(config, meta_model)
 
 
 def convert_in_place(config: FrameworkConfig, model: nn.Module) -> NativeConversion | NotRun:
@@ -386,7 +376,6 @@ __all__ = [
     "NEMO_FP8_LOGGER",
     "float8_linear_config",
     "convert_in_place",
-    "installed_version",
     "rejected_by",
     "torchao_family_conversion",
 ]

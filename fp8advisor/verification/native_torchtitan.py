@@ -56,7 +56,7 @@ from fp8advisor.frameworks.reader import read_config_text
 from fp8advisor.frameworks.torchtitan_reader import GROUPED_EXPERTS_CONVERTER
 from fp8advisor.inspect import titan
 from fp8advisor.reading import parse_toml
-from fp8advisor.verification.native import NativeConversion, NotRun
+from fp8advisor.verification.native import NativeConversion, NotRun, installed_version
 
 #: The torchtitan release each format is for (major.minor of the installed distribution).
 TOML_VERSION = "0.2"
@@ -79,12 +79,7 @@ def torchtitan_conversion(
 
 def installed_torchtitan() -> str | None:
     """The version of the torchtitan this process imports (package metadata, first on sys.path), or None."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("torchtitan")
-    except PackageNotFoundError:
-        return None
+    return installed_version("torchtitan")
 
 
 def _release(version: str) -> str:
