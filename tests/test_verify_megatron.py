@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from fp8advisor.cli import app
 from fp8advisor.errors import ConfigError
 from fp8advisor.frameworks.reader import read_config
-from fp8advisor.verification import megatron_check
+from fp8advisor.verification import native_megatron
 
 pytest.importorskip("megatron.core", reason="the test extra (megatron-core) is not installed")
 
@@ -149,7 +149,7 @@ def test_without_megatron_core_the_simulation_gives_the_same_verdicts(written, t
     else:
         target, path = written[case]
     native = _report(target, path)
-    monkeypatch.setattr(megatron_check, "installed_version", lambda distribution: None)
+    monkeypatch.setattr(native_megatron, "installed_version", lambda distribution: None)
     simulated = _report(target, path)
     assert simulated["passed"] == native["passed"] == (case not in EDITS)
     assert simulated["converted"] == native["converted"]
@@ -179,7 +179,7 @@ def test_another_recipe_or_format_in_the_float8_config_is_a_difference(written, 
 @pytest.mark.parametrize("installed", [True, False])
 def test_a_file_megatron_rejects_is_one_clear_error(written, tmp_path, monkeypatch, installed):
     if not installed:
-        monkeypatch.setattr(megatron_check, "installed_version", lambda distribution: None)
+        monkeypatch.setattr(native_megatron, "installed_version", lambda distribution: None)
     target, path = written["hf"]
     edited = _edited(
         path,

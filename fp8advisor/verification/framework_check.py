@@ -5,14 +5,15 @@ what the file's header says.
 torchao's swap and the framework's filter as those readers understand it: a simulation of the framework. Where
 the framework itself is installed, `native_conversion` also runs the framework's own loader and converter on
 the model (torchtitan's converters on its model built on the meta device, NeMo AutoModel's and accelerate's
-float8 paths, torchao's calls as the file writes them, Megatron's matcher on GPTModel's names), and
+float8 paths, torchao's calls as the file writes them), and
 `native_differences` names every Linear layer and expert module where it differs from the simulation, which
 `verify` checked against the advice. Where it is not installed (or is another version than the file is for),
 `NotRun` says why, and `verify` says that its check is a simulation.
 
 Each framework has its module: `native_torchtitan` (torchtitan-toml: 0.2.x, torchtitan-py: 0.3.x),
-`native_torchao` (torchao, accelerate, nemo-automodel), `native_megatron` (megatron); their records are in
-`native`. A bare filter list has no framework of its own: it is always simulated.
+`native_torchao` (torchao, accelerate, nemo-automodel); their records are in `native`. A Megatron precision
+config is not read as a torchao conversion: `megatron_check` checks it, with `native_megatron` (Megatron's
+matcher on GPTModel's names). A bare filter list has no framework of its own: it is always simulated.
 """
 
 from __future__ import annotations
@@ -50,10 +51,6 @@ def native_conversion(
         from fp8advisor.verification.native_torchao import torchao_family_conversion
 
         return torchao_family_conversion(config, target, meta_model)
-    if fmt is ConfigFormat.MEGATRON:
-        from fp8advisor.verification.native_megatron import megatron_conversion
-
-        return megatron_conversion(config, target, meta_model)
     return NotRun(
         "torchtitan / NeMo AutoModel", "a bare filter_fqns list names no framework: matched as they match it"
     )

@@ -26,9 +26,7 @@ run" and why, and its `LayerCheck`s have no calls, GEMMs or SQNR.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,8 +45,8 @@ from fp8advisor.frameworks.yaml_reader import load_yaml
 from fp8advisor.recipes import Recipe, parse_recipe
 from fp8advisor.request import AUTO, SuggestRequest
 from fp8advisor.verification.differences import in_report_order
-from fp8advisor.verification.native import NotRun, installed_version
-from fp8advisor.verification.native_megatron import FRAMEWORK, megatron_float8_modules
+from fp8advisor.verification.native import NativeConversion, NotRun
+from fp8advisor.verification.native_megatron import FRAMEWORK, megatron_conversion
 from fp8advisor.verification.report import (
     Difference,
     DifferenceKind,
@@ -93,7 +91,9 @@ def verify_megatron(
     megatron_plan = plan(advice, predictor or _profile_predictor(request))
     names = [module.name for module in megatron_plan.modules]
     float8, native = _float8_modules(path, document, names, megatron_plan.n_layers)
-    source = f"{native.framework}'s matcher" if isinstance(native, _Native) else "the simulated matcher"
+    source = (
+        f"{native.framework}'s matcher" if isinstance(native, NativeConversion) else "the simulated matcher"
+    )
     module_differences = _module_differences(megatron_plan, float8, source)
     differences = [*_config_differences(path, document), *module_differences]
     return VerifyReport(
@@ -139,31 +139,17 @@ def _profile_predictor(request: SuggestRequest):
     return default_predictor(select_profile(request.profile, grouped=request.grouped_profile))
 
 
-@dataclass(frozen=True)
-class _Native:
-    """Megatron-Core ran: the framework and its version, in words ("Megatron-Core 0.16.1")."""
-
-    framework: str
-
-
 def _float8_modules(
     path: Path, document: Any, names: list[str], n_layers: int
-) -> tuple[frozenset[str], _Native | NotRun]:
-    """The modules the file puts in float8, and who said so: Megatron-Core itself (`_Native`), else the
-    simulation (`NotRun`: why Megatron did not run)."""
-    version = installed_version("megatron-core")
-    if version is not None:
-        try:
-            with warnings.catch_warnings():  # Megatron's import-time notes (no Apex, ...) say nothing here
-                warnings.filterwarnings("ignore", module=r"megatron\.")
-                return megatron_float8_modules(path, n_layers), _Native(f"{FRAMEWORK} {version}")
-        except ImportError as error:
-            why = NotRun(FRAMEWORK, f"{FRAMEWORK} {version} cannot be run here ({error})")
-    else:
-        why = NotRun(FRAMEWORK, "not installed (pip install megatron-core)")
+) -> tuple[frozenset[str], NativeConversion | NotRun]:
+    """The modules the file puts in float8, and who said so: Megatron-Core itself (`NativeConversion`), else
+    the simulation (`NotRun`: why Megatron did not run)."""
+    native = megatron_conversion(path, n_layers)
+    if isinstance(native, NativeConversion):
+        return native.linear_fqns, native
     configs, matchers = _checked_document(path, document)
     simulated = {name for name in names if _quantized(configs, first_match_config(matchers, name), path)}
-    return frozenset(simulated), why
+    return frozenset(simulated), native
 
 
 def _checked_document(path: Path, document: Any) -> tuple[dict, dict]:
@@ -337,7 +323,7 @@ def _head_note(megatron_plan: MegatronPlan) -> tuple[str, ...]:
 
 
 def _framework_line(
-    native: _Native | NotRun, names: list[str], float8: frozenset[str], differences: int
+    native: NativeConversion | NotRun, names: list[str], float8: frozenset[str], differences: int
 ) -> str:
     """The report's `framework` line: who matched the file, on which names, and what it found."""
     found = f"{len(float8)} in float8, " + (

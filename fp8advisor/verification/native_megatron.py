@@ -33,37 +33,15 @@ parser rejects) is a ConfigError naming Megatron-Core.
 from __future__ import annotations
 
 import contextlib
-import re
 import tempfile
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from fp8advisor.errors import ConfigError, describe_error
 from fp8advisor.verification.native import NativeConversion, NotRun, installed_version
 
-if TYPE_CHECKING:
-    from torch import nn
-
-    from fp8advisor.advice.records import Advice
-    from fp8advisor.frameworks.config_record import FrameworkConfig
-
 FRAMEWORK = "Megatron-Core"
-
-#: The layer index in a traced model's FQN (`layers.3.feed_forward.w1`, `model.layers.3.mlp.up_proj`).
-_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
-
-
-def decoder_layers(meta_model: nn.Module) -> int:
-    """The number of decoder layers of the traced model: one more than the highest `layers.N` index."""
-    from torch import nn
-
-    found = [
-        int(match.group(1))
-        for fqn, module in meta_model.named_modules()
-        if isinstance(module, nn.Linear) and (match := _LAYER.search(fqn))
-    ]
-    return max(found) + 1 if found else 0
 
 
 @contextlib.contextmanager
@@ -142,40 +120,27 @@ def megatron_float8_modules(path: str | Path, n_layers: int) -> frozenset[str]:
     return frozenset(float8)
 
 
-def megatron_conversion(
-    config: FrameworkConfig | str | Path,
-    target: str,
-    meta_model: nn.Module,
-    *,
-    advice: Advice | None = None,
-) -> NativeConversion | NotRun:
-    """What Megatron-Core puts in float8 with the precision config `config` (a FrameworkConfig or the file's
-    path) for the model of `target` (`meta_model`: its number of decoder layers). `linear_fqns` are Megatron's
-    module names (`decoder.layers.N.mlp.linear_fc1`); with `advice`, the traced model's Linear FQNs each
-    module fuses (`emit.megatron.plan(advice).modules`' parts: `linear_fc1` = gate + up, ...). NotRun when
-    Megatron-Core is not installed."""
+def megatron_conversion(path: str | Path, n_layers: int) -> NativeConversion | NotRun:
+    """What Megatron-Core puts in float8 with the precision config at `path` for a model of `n_layers`
+    decoder layers (`megatron_float8_modules`, its import-time warnings silenced): `linear_fqns` are
+    Megatron's module names (`decoder.layers.N.mlp.linear_fc1`). NotRun when Megatron-Core is not installed
+    or cannot be imported here."""
     version = installed_version("megatron-core")
     if version is None:
         return NotRun(FRAMEWORK, "not installed (pip install megatron-core)")
     framework = f"{FRAMEWORK} {version}"
-    path = Path(config) if isinstance(config, (str, Path)) else config.path
     try:
-        float8 = megatron_float8_modules(path, decoder_layers(meta_model))
+        with warnings.catch_warnings():  # Megatron's import-time notes (no Apex, ...) say nothing here
+            warnings.filterwarnings("ignore", module=r"megatron\.")
+            float8 = megatron_float8_modules(path, n_layers)
     except ImportError as error:
         return NotRun(FRAMEWORK, f"{framework} cannot be run here ({describe_error(error)})")
     notes = ("assumes --fp8-format on the command line, as the file's header says",)
-    if advice is None:
-        return NativeConversion(framework, float8, None, (*notes, "names: Megatron's GPTModel modules"))
-    from fp8advisor.emit.megatron import plan
-
-    fused = {module.name: module.parts for module in plan(advice).modules}
-    linear = frozenset(part.fqn for name in float8 for part in fused.get(name, ()))
-    return NativeConversion(framework, linear, None, notes)
+    return NativeConversion(framework, float8, None, (*notes, "names: Megatron's GPTModel modules"))
 
 
 __all__ = [
     "FRAMEWORK",
-    "decoder_layers",
     "gpt_model_te_linear_names",
     "megatron_conversion",
     "megatron_float8_modules",

@@ -123,14 +123,20 @@ def rejected_by(framework: str, config: FrameworkConfig) -> Iterator[None]:
 # --- NeMo AutoModel -----------------------------------------------------------------------------------------
 
 
+def _resolvable(key: Any) -> bool:
+    """Whether NeMo's `ConfigNode` resolves the value of `key` by importing (`_target_`, any key ending in
+    `_fn`)."""
+    return isinstance(key, str) and (key == "_target_" or key.endswith("_fn"))
+
+
 def _resolvable_keys(document: Any) -> list[str]:
-    """The keys NeMo's `ConfigNode` resolves by importing (`_target_`, any key ending in `_fn`)."""
+    """The keys of `document`, at any depth, that NeMo's `ConfigNode` resolves by importing."""
     found, pending = [], [document]
     while pending:
         node = pending.pop()
         if isinstance(node, dict):
             for key, value in node.items():
-                if isinstance(key, str) and (key == "_target_" or key.endswith("_fn")):
+                if _resolvable(key):
                     found.append(key)
                 pending.append(value)
         elif isinstance(node, list):
@@ -140,11 +146,7 @@ def _resolvable_keys(document: Any) -> list[str]:
 
 def _without_resolvable(document: Any) -> Any:
     if isinstance(document, dict):
-        return {
-            key: _without_resolvable(value)
-            for key, value in document.items()
-            if not (isinstance(key, str) and (key == "_target_" or key.endswith("_fn")))
-        }
+        return {key: _without_resolvable(value) for key, value in document.items() if not _resolvable(key)}
     if isinstance(document, list):
         return [_without_resolvable(value) for value in document]
     return document

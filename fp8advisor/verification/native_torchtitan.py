@@ -21,10 +21,10 @@ torchtitan-py), run with torchtitan's code on the CPU. Only its GPU-capability c
 - torchtitan-toml (a torchtitan 0.2.x job config; needs torchtitan 0.2.x installed, which cannot be installed
   beside 0.3): torchtitan's `ConfigManager().parse_args(["--job.config_file", PATH])` reads the file,
   `build_model_converters(job_config, ParallelDims(world size 1))` builds its converters and `.convert` runs
-  on a copy of the target's meta model (0.2 converts modules in place); the converted layers are torchao's
-  `Float8Linear` modules and the modules whose parameters torchao swapped to one of its tensor subclasses
-  (0.2.2's `Float8GroupedMMConverter`). A file naming `[job] custom_config_module` is not loaded: torchtitan
-  would import that module (user code).
+  on the target's meta model (a copy `native_conversion` made: 0.2 converts modules in place); the converted
+  layers are torchao's `Float8Linear` modules and the modules whose parameters torchao swapped to one of its
+  tensor subclasses (0.2.2's `Float8GroupedMMConverter`). A file naming `[job] custom_config_module` is not
+  loaded: torchtitan would import that module (user code).
 
 A torchtitan that is missing or of the other version gives `NotRun` (never a guess). When torchtitan's own
 loader or converter raises on the file (it rejects a key, a converter name, or fails converting with the
@@ -35,8 +35,8 @@ its version and its message (exit 2), not a note a report could bury. torchtitan
 
 from __future__ import annotations
 
+import ast
 import contextlib
-import copy
 import importlib
 import logging
 from collections.abc import Iterator
@@ -56,6 +56,7 @@ from fp8advisor.frameworks.reader import read_config_text
 from fp8advisor.frameworks.torchtitan_reader import GROUPED_EXPERTS_CONVERTER
 from fp8advisor.inspect import titan
 from fp8advisor.reading import parse_toml
+from fp8advisor.verification.conversion import converted_fqns
 from fp8advisor.verification.native import NativeConversion, NotRun, installed_version
 
 #: The torchtitan release each format is for (major.minor of the installed distribution).
@@ -70,8 +71,9 @@ def torchtitan_conversion(
     config: FrameworkConfig, target: str, meta_model: nn.Module
 ) -> NativeConversion | NotRun:
     """What torchtitan's own code converts with the file `config` was read from, on the model of `target`
-    (`meta_model`: built on the meta device, unconverted; never modified). NotRun where torchtitan of the
-    file's version is not installed; ConfigError where torchtitan rejects the file (module docstring)."""
+    (`meta_model`: built on the meta device, unconverted; the torchtitan-toml path converts it in place).
+    NotRun where torchtitan of the file's version is not installed; ConfigError where torchtitan rejects
+    the file (module docstring)."""
     if config.framework is ConfigFormat.TORCHTITAN_TOML:
         return _toml_conversion(config, meta_model)
     return _py_conversion(config, target, meta_model)
@@ -114,7 +116,9 @@ def _py_conversion(config: FrameworkConfig, target: str, meta_model: nn.Module) 
         linear_module = importlib.import_module("torchtitan.models.common.linear")
     except Exception as error:  # noqa: BLE001 - a torchtitan that does not import: its check cannot run
         return NotRun(f"torchtitan {PY_VERSION}.x", f"importing torchtitan failed: {describe_error(error)}")
-    linear_keywords, experts_keywords = _converter_keywords(config.path)
+    tree = parse_python(config.path, read_config_text(config.path))
+    linear_keywords, experts_keywords = _converter_keywords(tree, config.path)
+    name = titan.parse_registry_name(target) if titan.is_registry_target(target) else None
     notes: list[str] = []
     with _framework_run(framework, config.path, notes):
         converters = []
@@ -122,20 +126,17 @@ def _py_conversion(config: FrameworkConfig, target: str, meta_model: nn.Module) 
             converters.append(quantization.Float8LinearConverter.Config(**linear_keywords))
         if experts_keywords is not None:
             converters.append(quantization.Float8GroupedExpertsConverter.Config(**experts_keywords))
-        if titan.is_registry_target(target):
-            model = _registry_model(titan.parse_registry_name(target), converters)
+        if name is not None:
+            model = _registry_model(name, converters)
         else:
             filter_fn = converters[0].build().filter_fn if linear_keywords is not None else None
-    if titan.is_registry_target(target):
-        float8_linear = quantization.Float8Linear
-        linear = {
-            fqn
-            for fqn, module in model.named_modules()
-            if float8_linear and isinstance(module, float8_linear)
-        }
-        other_model = _other_model(config.path, titan.parse_registry_name(target))
+    if name is not None:  # torchtitan's Float8Linear is a subclass of torchao's
         return NativeConversion(
-            framework, frozenset(linear), frozenset(_swapped_modules(model)), tuple(notes), other_model
+            framework,
+            frozenset(converted_fqns(model)),
+            frozenset(_swapped_modules(model)),
+            tuple(notes),
+            _other_model(tree, name),
         )
     linear = _filtered_linears(meta_model, filter_fn, linear_module.Linear.Config, framework, config.path)
     notes.append(
@@ -146,13 +147,10 @@ def _py_conversion(config: FrameworkConfig, target: str, meta_model: nn.Module) 
     return NativeConversion(framework, frozenset(linear), None, tuple(notes))
 
 
-def _other_model(path: Path, name: titan.RegistryName) -> str:
+def _other_model(tree: ast.Module, name: titan.RegistryName) -> str:
     """What differs between the model the file trains (its `from torchtitan.models.<MODEL> import
     model_registry` and its `FLAVOR = "..."`, as `suggest` writes them) and the registry target `name` that
     verify built: "" when they agree or the file names no such import or literal (a hand-written recipe)."""
-    import ast
-
-    tree = parse_python(path, read_config_text(path))
     models = {
         node.module.split(".")[2]
         for node in ast.walk(tree)
@@ -176,11 +174,10 @@ def _other_model(path: Path, name: titan.RegistryName) -> str:
     return f"the file builds torchtitan's {' and '.join(wrong)}, not {name}, which verify built and checked"
 
 
-def _converter_keywords(path: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def _converter_keywords(tree: ast.Module, path: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """The keyword literals of the file's Float8LinearConverter.Config and
-    Float8GroupedExpertsConverter.Config calls (None for a call the file does not make): read with `ast`,
+    Float8GroupedExpertsConverter.Config calls (None for a call the file does not make) in its syntax tree,
     never run. The reader has checked them (one call each, literal keywords only)."""
-    tree = parse_python(path, read_config_text(path))
     found = []
     for name in (LINEAR_CONVERTER, GROUPED_EXPERTS_CONVERTER):
         calls = calls_named(tree, name)
@@ -246,16 +243,14 @@ def _toml_conversion(config: FrameworkConfig, meta_model: nn.Module) -> NativeCo
         from torchtitan.protocols.model_converter import build_model_converters
     except Exception as error:  # noqa: BLE001 - a torchtitan that does not import: its check cannot run
         return NotRun(f"torchtitan {TOML_VERSION}.x", f"importing torchtitan failed: {describe_error(error)}")
-    model = copy.deepcopy(meta_model)  # meta tensors: no memory
     notes: list[str] = []
     with _framework_run(framework, config.path, notes):
         # torchtitan 0.2.2 train.py: ParallelDims from [parallelism]; here one process, every degree 1.
         job_config = ConfigManager().parse_args(["--job.config_file", str(config.path)])
         dims = ParallelDims(dp_shard=-1, dp_replicate=1, cp=1, tp=1, pp=1, ep=1, etp=1, world_size=1)
-        build_model_converters(job_config, dims).convert(model)
-    float8_linear = compat.float8_linear()
-    linear = {fqn for fqn, module in model.named_modules() if isinstance(module, float8_linear)}
-    return NativeConversion(framework, frozenset(linear), frozenset(_swapped_modules(model)), tuple(notes))
+        build_model_converters(job_config, dims).convert(meta_model)
+    linear, experts = frozenset(converted_fqns(meta_model)), frozenset(_swapped_modules(meta_model))
+    return NativeConversion(framework, linear, experts, tuple(notes))
 
 
 # ----------------------------------------------------------------------------------------------------- both
