@@ -192,7 +192,7 @@ def test_plain_suggest_survives_bad_files_in_the_profile_directory_and_says_so_o
     result = runner.invoke(app, ["suggest", f"{model}:build", "--gpu", "H200", "--json"])
     assert result.exit_code == 0, result.output
     advice = _strict_json(result.stdout)
-    assert advice["profile"] == "h200-measured-2026-11-26"  # none of the broken ones was picked
+    assert advice["profile"] == "h200-evidence"  # none of the broken ones was picked
     warnings = [line for line in result.stderr.splitlines() if line.startswith("warning: passed over")]
     named = [*broken, "a-directory.json", results.name]
     for file_name in named:  # each named once, though the directory is scanned for several purposes
@@ -290,7 +290,7 @@ def test_a_profile_whose_text_could_leave_its_place_is_refused_on_reading(field,
     # in the profile directory, claiming `measured`, it is never picked
     _write(user_dir / "mine.json", document)
     choice = select_profile(device_name="NVIDIA H200")
-    assert choice.name == "h200-measured-2026-11-26"
+    assert choice.name == "h200-evidence"
     assert [p.startswith(str(user_dir / "mine.json")) for p in choice.passed_over] == [True]
 
 

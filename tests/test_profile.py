@@ -186,18 +186,17 @@ def test_user_profile_shadows_a_shipped_name(empty_user_dir):
 
 # (user profiles on disk as (name, family, provenance, created), device, chosen, fallback, reason words)
 SELECTION = [
-    # no GPU: the shipped H100 profile, with the H100 roofline for other recipes
-    ([], None, "h100-published-rowwise-2025-06", "h100-roofline", "no GPU found"),
-    # the shipped profile of this GPU type
-    ([], "NVIDIA H100 80GB HBM3", "h100-published-rowwise-2025-06", "h100-roofline", "shipped profile for"),
-    # measured (the project's own H200 sweep) before modelled; the roofline answers for other recipes
-    ([], "NVIDIA H200", "h200-measured-2026-11-26", "h200-roofline", "shipped profile for"),
-    ([], "NVIDIA B200", "b200-roofline", None, "shipped profile for"),
+    # no GPU: the shipped H100 profile (the one the evidence chose), with the H100 roofline beside it
+    ([], None, "h100-evidence", "h100-roofline", "no GPU found"),
+    # the shipped profile of this GPU type: the evidence profile before the measured, published, modelled ones
+    ([], "NVIDIA H100 80GB HBM3", "h100-evidence", "h100-roofline", "shipped profile for"),
+    ([], "NVIDIA H200", "h200-evidence", "h200-roofline", "shipped profile for"),
+    ([], "NVIDIA B200", "b200-evidence", "b200-roofline", "shipped profile for"),
     # a GPU type with no shipped profile: the H100 one
     (
         [],
         "NVIDIA RTX 6000 Ada Generation",
-        "h100-published-rowwise-2025-06",
+        "h100-evidence",
         "h100-roofline",
         "no profile for",
     ),
@@ -231,7 +230,7 @@ SELECTION = [
     (
         [("mine", "H100", "measured", "2026-11-01")],
         "NVIDIA H200",
-        "h200-measured-2026-11-26",
+        "h200-evidence",
         "h200-roofline",
         "shipped profile for",
     ),
@@ -239,7 +238,7 @@ SELECTION = [
     (
         [("emu", "H100", "emulated", "2026-11-01")],
         "NVIDIA H100 80GB HBM3",
-        "h100-published-rowwise-2025-06",
+        "h100-evidence",
         "h100-roofline",
         "shipped",
     ),
@@ -267,7 +266,7 @@ def test_requested_profile_wins_by_name_or_path(tmp_path):
 
 
 def test_choice_answers_uncovered_recipes_from_the_fallback():
-    choice = select_profile(device_name="NVIDIA H100 80GB HBM3", detect_device=False)
+    choice = select_profile("h100-published-rowwise-2025-06", device_name="NVIDIA H100 80GB HBM3")
     assert choice.profile_for("rowwise").name == "h100-published-rowwise-2025-06"
     assert choice.profile_for("tensorwise").name == "h100-roofline"
     assert choice.covers("rowwise_with_gw_hp") and not choice.primary.covers("rowwise_with_gw_hp")
@@ -285,9 +284,14 @@ def test_a_shipped_measured_profile_beats_the_published_one_of_the_same_date(
 
     shipped = tmp_path / "shipped"
     shutil.copytree(PROFILES_DIR, shipped)
+    evidence = shipped / "h100-evidence.json"
+    evidence.rename(tmp_path / evidence.name)  # the evidence profile, which comes first, set aside
     published = load_profile("h100-published-rowwise-2025-06")
     measured = measured_profile("h100-measured-rowwise-2026-11-22", created=published.created)
     save_profile(measured, shipped / f"{measured.name}.json")
     monkeypatch.setattr(profile_module, "PROFILES_DIR", shipped)
     choice = select_profile(device_name=device_name, detect_device=False)
     assert choice.name == "h100-measured-rowwise-2026-11-22" and choice.fallback.name == "h100-roofline"
+    # with the evidence profile shipped beside them, it comes first (it is fitted to both)
+    (tmp_path / "h100-evidence.json").rename(shipped / "h100-evidence.json")
+    assert select_profile(device_name=device_name, detect_device=False).name == "h100-evidence"

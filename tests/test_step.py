@@ -269,7 +269,7 @@ def test_shipped_calibration_is_what_the_fit_gives(anchor_predictions):
     assert 0.3 < shipped["in_step_efficiency"] < 1
 
 
-def test_the_fitted_anchor_is_reproduced_and_tensorwise_anchors_are_within_five_percent(anchor_predictions):
+def test_the_fitted_anchor_is_reproduced_and_h100_anchors_are_within_five_percent(anchor_predictions):
     from fp8advisor.advice.published import comparisons
 
     _, _, predictions = anchor_predictions
@@ -281,9 +281,10 @@ def test_the_fitted_anchor_is_reproduced_and_tensorwise_anchors_are_within_five_
         row = rows[(anchor, "tensorwise + float8 all-gather")]
         assert row.role == "check"
         assert abs(row.speedup_error) < 0.05, row
-    # the known miss, stated in docs/benchmarks.md: the published rowwise table cannot explain +10.1% at 8B
+    # issue 27: with the default the evidence chose, rowwise's +10.1% at 8B is explained too (the published
+    # rowwise table alone predicted +2.5%)
     rowwise = rows[("torchao-llama3-8b-8xh100", "rowwise")]
-    assert rowwise.predicted_speedup < rowwise.published_speedup
+    assert abs(rowwise.speedup_error) < 0.05, rowwise
 
 
 def test_docs_table_is_the_one_the_model_gives_today(anchor_predictions):

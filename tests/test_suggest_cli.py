@@ -190,9 +190,13 @@ def test_shipped_profile_end_to_end(monkeypatch, llama3_small):
     result = _run(LLAMA, "--seq", "2048", "--json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
-    # no GPU found: the shipped H100 profile with measured or published figures, never the roofline one
-    assert data["profile"] == "h100-published-rowwise-2025-06"
-    assert data["profile_provenance"] == "published"
+    # no GPU found: the shipped H100 profile the evidence chose, never the roofline one
+    assert data["profile"] == "h100-evidence"
+    assert data["profile_provenance"] == "evidence"
+    # every Linear speedup carries its interval, and the step its own
+    layer = next(layer for layer in data["layers"] if layer["predicted_speedup"] is not None)
+    low, high = layer["speedup_interval"]
+    assert low < layer["predicted_speedup"] < high
 
 
 def test_megatron_output_and_check(fake_world, tmp_path):
@@ -312,12 +316,13 @@ def test_modelled_figures_are_marked_in_every_table(fake_world):
 
 
 def test_published_figures_are_not_marked(monkeypatch, llama3_small):
-    """The shipped profile: rowwise published (no mark), the other recipes modelled (marked)."""
+    """The published profile: rowwise published (no mark), the other recipes modelled (marked)."""
     import fp8advisor.inspect.layers
 
     monkeypatch.setattr(fp8advisor.inspect.layers, "inspect_model", lambda target, **kw: llama3_small)
     monkeypatch.setattr("fp8advisor.predict.selection._detect_device_name", lambda: None)
-    result = runner.invoke(app, ["suggest", LLAMA, "--seq", "2048"], env={"COLUMNS": "120"})
+    args = ["suggest", LLAMA, "--seq", "2048", "--profile", "h100-published-rowwise-2025-06"]
+    result = runner.invoke(app, args, env={"COLUMNS": "120"})
     recipes = {
         line.split()[0]: line.split()
         for line in result.stdout.splitlines()
@@ -331,7 +336,8 @@ def test_published_figures_are_not_marked(monkeypatch, llama3_small):
 
 def test_recipe_auto_help_says_it_prefers_stronger_provenance():
     text = " ".join(runner.invoke(app, ["suggest", "--help"], env={"COLUMNS": "80"}).stdout.split())
-    assert "strongest provenance (measured, then published, then modelled)" in text
+    assert "strongest provenance (measured, then evidence, then published, then modelled)" in text
+    assert "highest predicted step speedup" in text
 
 
 @pytest.mark.parametrize("command", [[], ["suggest"], ["layers"], ["verify"], ["bench"], ["fit"]])

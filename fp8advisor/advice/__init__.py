@@ -9,8 +9,11 @@ predicted times and the filter list that says it) and a `StepPrediction` of the 
   of routed experts; `strategies`: the strategies the summary compares (torchao's auto filter among them);
   `caveats`: the warnings and notes that come with the advice.
 - `in_context`: blocks measured in context decide their own layers; `seeds`: where that measurement starts.
-- `step`: the step-time model (`predict_step`); `step_comparison`: each strategy's step and the advice's
-  break-even (`step_report`); `published`: the published end-to-end results the step model is checked against.
+- `step`: the step-time model (`predict_step`); `step_comparison`: each strategy's step, its interval, the
+  uncertain layers' stake and the advice's break-even (`step_report`); `published`: the published end-to-end
+  results the step model is checked against.
+- `evidence_steps`: the evidence base's whole-step figures run through the step model; `evidence_default`:
+  leave-one-source-out over the whole evidence base, the choice per GPU and recipe, the evidence profiles.
 """
 
 from fp8advisor._lazy import lazy_exports

@@ -25,7 +25,7 @@ from fp8advisor.advice.experts import (
     default_expert_predictor,
 )
 from fp8advisor.advice.linears import Predictor, decide_layers, default_predictor, unsplittable_layers
-from fp8advisor.advice.recipe_choice import choose_recipe
+from fp8advisor.advice.recipe_choice import StepSpeedup, choose_recipe
 from fp8advisor.advice.records import Advice, ExpertAdvice, LayerAdvice, RecipeOption
 from fp8advisor.advice.strategies import compare_strategies
 from fp8advisor.frameworks.filters import Framework
@@ -65,6 +65,7 @@ def advise(
     expert_imbalance: float = 1.0,
     expert_predictor: ExpertPredictor | None = None,
     expert_parallel: int = 1,
+    step_speedup: StepSpeedup | None = None,
 ) -> Advice:
     """Decide, layer by layer, whether float8 pays, and build the filter list that realises the decision.
 
@@ -74,7 +75,8 @@ def advise(
     the same rule). `predictor`: replaces the profile's predictions (tests). `auto_recipes`: the recipes
     "auto" may pick (torchtitan 0.3 has no tensorwise). `in_context(recipe)`: the in-context results for the
     chosen recipe (`fp8advisor.advice.in_context.InContext`) or None; the layers they decide are decided by
-    them.
+    them. `step_speedup(recipe, layers, expert groups)`: the predicted step speedup of a recipe's decisions,
+    by which "auto" ranks the recipes (`step_comparison.step_speedup_of`); None: by predicted Linear time.
 
     Routed experts (`model_layers.expert_groups`) are decided one group at a time (`decide_experts`), on
     their prediction under balanced routing; `expert_imbalance` (>= 1: the busiest expert's rows over the
@@ -95,7 +97,7 @@ def advise(
         predictor=predictor or default_predictor(profile_choice),
         expert_predictor=expert_predictor or default_expert_predictor(profile_choice),
     )
-    chosen, recipe_reason, options = _recipe(inputs, recipe, auto_recipes)
+    chosen, recipe_reason, options = _recipe(inputs, recipe, auto_recipes, step_speedup)
     decided, experts, measured, profile_decisions = _decide(inputs, chosen, in_context)
     filter_list = shortest_exact_filter(
         model_layers.layers, {layer.fqn for layer in decided if layer.convert}, framework
@@ -153,11 +155,16 @@ def _check_settings(model_layers: ModelLayers, min_speedup: float, tensor_parall
 
 
 def _recipe(
-    inputs: AdviceInputs, recipe: Recipe | str, auto_recipes: Sequence[Recipe]
+    inputs: AdviceInputs,
+    recipe: Recipe | str,
+    auto_recipes: Sequence[Recipe],
+    step_speedup: StepSpeedup | None = None,
 ) -> tuple[Recipe, str, tuple[RecipeOption, ...]]:
     """The recipe to advise, why, and the options `--recipe auto` weighed (none for a recipe named)."""
     if str(recipe) != AUTO:
         return parse_recipe(str(recipe)), "requested with --recipe", ()
+    if step_speedup is None:
+        step_speedup = _one_gpu_step_speedup(inputs)
     return choose_recipe(
         inputs.model_layers,
         inputs.profile_choice,
@@ -167,7 +174,26 @@ def _recipe(
         tuple(auto_recipes),
         inputs.expert_predictor,
         inputs.expert_parallel,
+        step_speedup,
     )
+
+
+def _one_gpu_step_speedup(inputs: AdviceInputs) -> StepSpeedup | None:
+    """What "auto" ranks the recipes by when the caller gives nothing: the step speedup of this batch x seq
+    step on one GPU of the profile's type (no recompute, no gradient accumulation, no FSDP), a step that
+    depends only on the settings a written file's header records, so that `--check` and `verify` choose as
+    `suggest` chose. None (rank by Linear time) without an op census, with tensor parallelism (not modelled)
+    or without a profile of a GPU."""
+    from fp8advisor.advice.step import StepConfig, StepGpu
+    from fp8advisor.advice.step_comparison import step_speedup_of
+    from fp8advisor.predict.profile import Profile
+    from fp8advisor.predict.speedup import roofline_specs_for
+
+    primary = getattr(inputs.profile_choice, "primary", inputs.profile_choice)
+    census = getattr(inputs.model_layers, "census", None)
+    if census is None or inputs.tensor_parallel > 1 or not isinstance(primary, Profile):
+        return None
+    return step_speedup_of(inputs.model_layers, StepGpu.of(roofline_specs_for(primary)), StepConfig())
 
 
 def _decide(

@@ -5,6 +5,11 @@ For each Linear the forward calls, the profile predicts the float8 forward+backw
 total time over its calls. A layer is converted when float8 conversion would swap it, the forward runs it
 (status `traced` or `assumed`), K and N are divisible by 16 and the predicted speedup reaches `min_speedup`.
 
+Under uncertainty the rule is the same, on the point prediction: a profile chosen by the evidence states an
+interval for each speedup (`Prediction.interval`, the 10th-90th percentile of its held-out residuals); a
+layer whose interval holds `min_speedup` is decided by its point prediction and marked `uncertain`, and
+`suggest` says what the uncertain layers put at stake in the step and that `bench` settles them.
+
 With tensor parallelism (`--tp`) each GPU multiplies a slice of K (row-parallel) or of N (column-parallel);
 which one is the training framework's plan, so each layer is judged on the slower of the two
 (`tensor_parallel_slices`). A split whose dimension tp does not divide is uneven (Megatron-LM refuses it;
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from fp8advisor.advice.records import LayerAdvice
@@ -92,11 +98,25 @@ def unevenly_split_layers(layers: Sequence[GemmLayer], tensor_parallel: int) -> 
 HOW_RANK = {"interpolated": 0, "modelled": 1, "extrapolated": 2}
 
 
+@dataclass(frozen=True)
+class _Predicted:
+    """One layer's prediction summed over its calls (`_predict_layer`)."""
+
+    bf16_s: float
+    float8_s: float
+    provenance: str
+    how: str
+    bf16_provenance: str
+    shape: tuple[int, int]
+    #: The layer's speedup at the low and high ends of every call's interval; None when a call has none.
+    interval: tuple[float, float] | None
+
+
 def _predict_layer(
     layer: GemmLayer, recipe: Recipe, predictor: Predictor, tensor_parallel: int
-) -> tuple[float, float, str, str, str, tuple[int, int]]:
-    """(bf16 seconds, float8 seconds, provenance, how, bf16 provenance) summed over the layer's calls, and the
-    (K, N) they are for.
+) -> _Predicted:
+    """bf16 and float8 seconds, provenance, how and bf16 provenance summed over the layer's calls, the (K, N)
+    they are for, and the speedup interval (each call's float8 time at its interval's ends, summed).
 
     With tensor parallelism each GPU multiplies a slice of K (row-parallel) or of N (column-parallel); which
     one is not known here, so both are predicted (`tensor_parallel_slices`) and the slower float8 outcome (and
@@ -107,12 +127,13 @@ def _predict_layer(
         from fp8advisor.errors import AdvisorError
 
         raise AdvisorError(f"--tp {tensor_parallel} is larger than both K and N of {layer.fqn}")
-    worst: tuple[float, float, str, str, str, tuple[int, int]] | None = None
+    worst: _Predicted | None = None
     for K, N in shapes:
         bf16 = float8 = 0.0
         provenances: set[str] = set()
         hows: set[str] = set()
         bf16_provenances: set[str] = set()
+        ends: list[float] | None = [0.0, 0.0]  # float8 seconds at the interval's low and high speedups
         for M in layer.M_per_call:
             times = predictor(recipe, M, K, N)
             bf16 += times.bf16_s
@@ -120,10 +141,18 @@ def _predict_layer(
             provenances.add(times.speedup.provenance)
             hows.add(times.speedup.how)
             bf16_provenances.add(getattr(times, "bf16_provenance", None) or times.speedup.provenance)
+            interval = getattr(times.speedup, "interval", None)
+            if ends is not None and interval is not None:
+                ends = [ends[0] + times.bf16_s / interval[0], ends[1] + times.bf16_s / interval[1]]
+            else:
+                ends = None
         provenance = weakest_provenance(provenances)
         how = max(hows, key=lambda h: HOW_RANK.get(h, 9))
-        if worst is None or bf16 / float8 < worst[0] / worst[1]:
-            worst = (bf16, float8, provenance, how, weakest_provenance(bf16_provenances), (K, N))
+        if worst is None or bf16 / float8 < worst.bf16_s / worst.float8_s:
+            span = None if ends is None else (bf16 / ends[0], bf16 / ends[1])
+            worst = _Predicted(
+                bf16, float8, provenance, how, weakest_provenance(bf16_provenances), (K, N), span
+            )
     assert worst is not None
     return worst
 
@@ -159,17 +188,17 @@ def decide_layers(
         if not split_by_tensor_parallel(layer):
             decided.append(LayerAdvice(convert=False, reason="no rows multiplied", **common))
             continue
-        bf16, float8, provenance, how, bf16_provenance, shape = _predict_layer(
-            layer, recipe, predictor, tensor_parallel
-        )
+        predicted = _predict_layer(layer, recipe, predictor, tensor_parallel)
+        bf16, float8 = predicted.bf16_s, predicted.float8_s
         speedup = bf16 / float8
         timing = dict(
             predicted_speedup=speedup,
             bf16_time_s=bf16,
-            provenance=provenance,
-            how=how,
-            bf16_provenance=bf16_provenance,
-            shard=shape if tensor_parallel > 1 else None,
+            provenance=predicted.provenance,
+            how=predicted.how,
+            bf16_provenance=predicted.bf16_provenance,
+            shard=predicted.shape if tensor_parallel > 1 else None,
+            speedup_interval=predicted.interval,
         )
         sharded = tensor_parallel_slices(layer.K, layer.N, tensor_parallel)
         if not dims_divisible_by_16(layer.K, layer.N):
@@ -184,13 +213,22 @@ def decide_layers(
         elif tensor_parallel > 1 and not all(dims_divisible_by_16(k, n) for k, n in sharded):
             reason = f"a 1/{tensor_parallel} shard of K or N is not divisible by 16"
             decided.append(LayerAdvice(convert=False, reason=reason, float8_time_s=bf16, **timing, **common))
-        elif speedup >= min_speedup:
-            reason = f"predicted {speedup:.2f}x >= {min_speedup:.2f}"
-            decided.append(LayerAdvice(convert=True, reason=reason, float8_time_s=float8, **timing, **common))
         else:
-            reason = f"predicted {speedup:.2f}x < {min_speedup:.2f}"
+            convert = speedup >= min_speedup
+            reason = f"predicted {speedup:.2f}x {'>=' if convert else '<'} {min_speedup:.2f}"
+            span = predicted.interval
+            uncertain = span is not None and span[0] < min_speedup < span[1]
+            if uncertain:
+                reason += f" (interval {span[0]:.2f}-{span[1]:.2f} holds {min_speedup:.2f}: uncertain)"
             decided.append(
-                LayerAdvice(convert=False, reason=reason, float8_time_s=float8, **timing, **common)
+                LayerAdvice(
+                    convert=convert,
+                    reason=reason,
+                    float8_time_s=float8,
+                    uncertain=uncertain,
+                    **timing,
+                    **common,
+                )
             )
     return decided
 

@@ -112,9 +112,12 @@ class AnchorPrediction:
         return self.bf16.step_s / step.step_s
 
 
-def predict_anchor(anchor: Anchor, calibration: Calibration, model_layers=None) -> AnchorPrediction:
+def predict_anchor(
+    anchor: Anchor, calibration: Calibration, model_layers=None, choice=None, float8_factor: float = 1.0
+) -> AnchorPrediction:
     """Run the step model on `anchor` as published: every convertible Linear whose FQN contains no
-    `keep_bf16` entry in float8, with the profile fp8advisor picks for the anchor's GPU."""
+    `keep_bf16` entry in float8, with the profile fp8advisor picks for the anchor's GPU (or `choice`, a
+    `ProfileChoice`); `float8_factor` multiplies every Linear speedup (an end of its interval)."""
     from fp8advisor.advice.linears import decide_layers, default_predictor
     from fp8advisor.gpus import get_specs
     from fp8advisor.inspect.layers import inspect_model
@@ -122,7 +125,8 @@ def predict_anchor(anchor: Anchor, calibration: Calibration, model_layers=None) 
 
     if model_layers is None:
         model_layers = inspect_model(anchor.model, batch=anchor.batch, seq=anchor.seq)
-    choice = select_profile(None, device_name=anchor.gpu, detect_device=False)
+    if choice is None:
+        choice = select_profile(None, device_name=anchor.gpu, detect_device=False)
     predictor = default_predictor(choice)
     gpu = StepGpu.of(get_specs(anchor.gpu))
     bf16_layers = decide_layers(model_layers.layers, Recipe.TENSORWISE, predictor, 1.0, 1)
@@ -132,6 +136,8 @@ def predict_anchor(anchor: Anchor, calibration: Calibration, model_layers=None) 
         if result.recipe is None:
             continue
         layers = decide_layers(model_layers.layers, result.recipe, predictor, 1.0, 1)
+        if float8_factor != 1.0:
+            layers = [replace(layer, float8_time_s=layer.float8_time_s / float8_factor) for layer in layers]
         converted = [
             layer.fqn
             for layer in layers

@@ -43,6 +43,10 @@ class LayerAdvice:
     #: With tensor parallelism: the (K, N) slice of one GPU that the prediction is for
     #: (`fp8advisor.advice.linears._predict_layer`)
     shard: tuple[int, int] | None = None
+    #: (low, high) speedup the profile's held-out error allows (None: the profile states no interval)
+    speedup_interval: tuple[float, float] | None = None
+    #: The interval holds the threshold: the decision could go either way (`bench` settles it)
+    uncertain: bool = False
 
     @property
     def counts_in_linear_time(self) -> bool:
@@ -56,6 +60,10 @@ class LayerAdvice:
             "K": self.K,
             "N": self.N,
             "predicted_speedup": None if self.predicted_speedup is None else round(self.predicted_speedup, 4),
+            "speedup_interval": None
+            if self.speedup_interval is None
+            else [round(value, 4) for value in self.speedup_interval],
+            "uncertain": self.uncertain,
             "convert": self.convert,
             "reason": self.reason,
             "status": self.status.value,
@@ -170,6 +178,8 @@ class RecipeOption:
     predicted_linear_time_s: float
     predicted_speedup: float
     converted: int
+    #: The step speedup over bf16 with this recipe's decisions (None: no step was predicted)
+    predicted_step_speedup: float | None = None
 
     def to_json(self) -> dict:
         return {
@@ -177,6 +187,9 @@ class RecipeOption:
             "provenance": self.provenance,
             "predicted_linear_time_s": float(f"{self.predicted_linear_time_s:.6g}"),
             "predicted_speedup": round(self.predicted_speedup, 4),
+            "predicted_step_speedup": None
+            if self.predicted_step_speedup is None
+            else round(self.predicted_step_speedup, 4),
             "converted": self.converted,
         }
 

@@ -12,6 +12,12 @@ a step of two sequences may).
 The advice's step is always predicted (a strategy that converts nothing, or only expert groups, is the bf16
 step with those groups); another strategy without a prediction (torchao's auto filter where it is not
 available, or where no layer it converts has figures) is left out.
+
+Where the Linear speedups carry intervals (a profile chosen by the evidence), each strategy's step speedup
+carries one too (`StepReport.intervals`): the step predicted again with every float8 layer at the low end of
+its interval, then at the high end (the errors of one predictor move together, so the ends are not
+averaged away). Layers whose interval holds the threshold (`LayerAdvice.uncertain`) are what is at stake
+(`Stake`): the advice's step with them in float8 and with them in bf16.
 """
 
 from __future__ import annotations
@@ -123,6 +129,22 @@ def find_break_even(
 
 
 @dataclass(frozen=True)
+class Stake:
+    """What the uncertain layers decide: the advice's step with them in float8 and with them in bf16."""
+
+    layers: tuple[str, ...]
+    with_float8_s: float
+    with_bf16_s: float
+
+    def to_json(self) -> dict:
+        return {
+            "layers": list(self.layers),
+            "step_s_with_them_in_float8": float(f"{self.with_float8_s:.6g}"),
+            "step_s_with_them_in_bf16": float(f"{self.with_bf16_s:.6g}"),
+        }
+
+
+@dataclass(frozen=True)
 class StepReport:
     """`suggest`'s step section: each strategy's predicted step, and the advice's break-even."""
 
@@ -132,6 +154,9 @@ class StepReport:
     predictions: tuple[StepPrediction, ...]
     break_even: BreakEven | None
     notes: tuple[str, ...] = field(default=())
+    #: strategy name -> (low, high) step speedup at the ends of the Linear speedups' intervals
+    intervals: dict = field(default_factory=dict)
+    stake: Stake | None = None
 
     @property
     def baseline(self) -> StepPrediction:
@@ -144,12 +169,17 @@ class StepReport:
         return self.prediction(name).speedup_over(self.baseline)
 
     def to_json(self) -> dict:
+        strategies = {p.name: p.to_json(self.baseline) for p in self.predictions}
+        for name, body in strategies.items():
+            if name in self.intervals:
+                body["step_speedup_interval"] = [round(value, 4) for value in self.intervals[name]]
         return {
             "gpu": self.gpu,
             "config": self.config.to_json(),
             "in_step_efficiency": self.calibration.in_step_efficiency,
             "calibration": self.calibration.fitted_to,
-            "strategies": {p.name: p.to_json(self.baseline) for p in self.predictions},
+            "strategies": strategies,
+            "uncertain": None if self.stake is None else self.stake.to_json(),
             "break_even": None if self.break_even is None else self.break_even.to_json(),
             "notes": list(self.notes),
         }
@@ -183,17 +213,118 @@ def step_report(
             advice, model_layers, profile_choice, predictor, gpu, config, calibration
         )
         break_even = find_break_even(speedup_at, model_layers.seq, target=break_even_target)
-    return StepReport(gpu.family, config, calibration, tuple(predictions), break_even, tuple(notes))
+    setting = (model_layers, experts, gpu, config, calibration)
+    return StepReport(
+        gpu.family,
+        config,
+        calibration,
+        tuple(predictions),
+        break_even,
+        tuple(notes),
+        intervals=_step_intervals(advice, predictions, *setting),
+        stake=_stake(advice, *setting),
+    )
+
+
+def _step_intervals(
+    advice, predictions, model_layers, experts, gpu, config, calibration
+) -> dict[str, tuple[float, float]]:
+    """Each strategy's step speedup with every float8 layer at the low, then the high, end of its interval;
+    empty when no layer has an interval."""
+    if not any(layer.speedup_interval for layer in advice.layers):
+        return {}
+    bf16_s = predictions[0].step_s
+    ends = []
+    for end in (0, 1):
+        layers = at_interval_end(advice.layers, end)
+        steps = _strategy_steps(advice, model_layers, experts, gpu, config, calibration, layers)
+        ends.append({step.name: bf16_s / step.step_s for step in steps[1:]})
+    return {name: (ends[0][name], ends[1][name]) for name in ends[0]}
+
+
+def at_interval_end(layers, end: int) -> list:
+    """`layers` (`LayerAdvice`) with each float8 time at the low (`end` 0) or high (1) end of its speedup
+    interval; a layer without one as it is."""
+    return [
+        replace(layer, float8_time_s=layer.bf16_time_s / layer.speedup_interval[end])
+        if layer.speedup_interval
+        else layer
+        for layer in layers
+    ]
+
+
+def _stake(advice, model_layers, experts, gpu, config, calibration) -> Stake | None:
+    """The advice's step with its uncertain layers in float8 and in bf16; None when no layer is uncertain."""
+    uncertain = [layer.fqn for layer in advice.layers if layer.uncertain]
+    if not uncertain:
+        return None
+    advised = {layer.fqn for layer in advice.layers if layer.convert}
+    groups = [e.group for e in experts if e.convert]
+    steps = [
+        predict_step(
+            "advice",
+            "this advice",
+            model_layers,
+            advice.layers,
+            sorted(converted),
+            gpu,
+            config,
+            calibration,
+            experts=experts,
+            converted_experts=groups,
+        ).step_s
+        for converted in (advised | set(uncertain), advised - set(uncertain))
+    ]
+    return Stake(tuple(uncertain), steps[0], steps[1])
+
+
+def step_speedup_of(model_layers, gpu: StepGpu, config: StepConfig, calibration: Calibration | None = None):
+    """`StepSpeedup` for `--recipe auto` (`fp8advisor.advice.recipe_choice`): the step speedup over bf16 of a
+    recipe's decided layers and expert groups in this set-up (float8 all-gather only where the recipe has it:
+    tensorwise)."""
+    from fp8advisor.recipes import Recipe
+
+    calibration = calibration or Calibration.load()
+
+    def step_speedup(recipe, layers, groups) -> float:
+        setup = replace(config, float8_all_gather=config.float8_all_gather and recipe is Recipe.TENSORWISE)
+        return _decided_speedup(model_layers, layers, groups, gpu=gpu, config=setup, calibration=calibration)
+
+    return step_speedup
+
+
+def _decided_speedup(model_layers, layers, groups, **common) -> float:
+    """The step speedup over bf16 of `layers` and expert `groups` as decided (those that convert in float8);
+    `common`: `predict_step`'s other keywords."""
+    experts = tuple(groups)
+    bf16 = predict_step("bf16", "bf16", model_layers, layers, (), experts=experts, **common)
+    chosen = predict_step(
+        "advice",
+        "this advice",
+        model_layers,
+        layers,
+        [layer.fqn for layer in layers if layer.convert],
+        experts=experts,
+        converted_experts=[e.group for e in experts if e.convert],
+        **common,
+    )
+    return chosen.speedup_over(bf16)
 
 
 def _strategy_steps(
-    advice, model_layers, experts: tuple, gpu: StepGpu, config: StepConfig, calibration: Calibration
+    advice,
+    model_layers,
+    experts: tuple,
+    gpu: StepGpu,
+    config: StepConfig,
+    calibration: Calibration,
+    layers=None,
 ) -> list[StepPrediction]:
-    """The predicted step of bf16, then of each strategy that has a prediction, in the advice's order."""
+    """The predicted step of bf16, then of each strategy that has a prediction, in the advice's order
+    (`layers`: the advice's layers with other float8 times, for the intervals)."""
+    layers = advice.layers if layers is None else layers
     predictions = [
-        predict_step(
-            "bf16", "bf16", model_layers, advice.layers, (), gpu, config, calibration, experts=experts
-        )
+        predict_step("bf16", "bf16", model_layers, layers, (), gpu, config, calibration, experts=experts)
     ]
     for strategy in advice.strategies:
         if strategy.predicted_speedup is None and strategy.name != "advice" and not strategy.expert_groups:
@@ -203,7 +334,7 @@ def _strategy_steps(
                 strategy.name,
                 strategy.label,
                 model_layers,
-                advice.layers,
+                layers,
                 strategy.converted,
                 gpu,
                 config,
@@ -277,20 +408,10 @@ def _advice_speedup_at(
                 tensor_parallel=advice.tensor_parallel,
                 expert_parallel=getattr(advice, "expert_parallel", 1),
             )
-        converted = [layer.fqn for layer in decided if layer.convert]
         scale = tokens / model_layers.tokens
-        common = dict(gpu=gpu, config=config, calibration=calibration, token_scale=scale, experts=groups)
-        bf16 = predict_step("bf16", "bf16", scaled, decided, (), **common)
-        chosen = predict_step(
-            "advice",
-            "this advice",
-            scaled,
-            decided,
-            converted,
-            converted_experts=[e.group for e in groups if e.convert],
-            **common,
+        return _decided_speedup(
+            scaled, decided, groups, gpu=gpu, config=config, calibration=calibration, token_scale=scale
         )
-        return chosen.speedup_over(bf16)
 
     return speedup_at
 
@@ -298,9 +419,12 @@ def _advice_speedup_at(
 __all__ = [
     "BREAK_EVEN_SPEEDUP",
     "TOKEN_QUANTUM",
+    "at_interval_end",
     "BreakEven",
+    "Stake",
     "StepReport",
     "find_break_even",
     "scale_layers",
     "step_report",
+    "step_speedup_of",
 ]

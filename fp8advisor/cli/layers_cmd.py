@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from types import SimpleNamespace
 
 import typer
 from rich import box
@@ -10,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fp8advisor.cli.application import command, console, state
-from fp8advisor.inspect.folding import block_shape, fold_repeated
+from fp8advisor.inspect.folding import block_shape, fold_repeated, folded_names
 from fp8advisor.inspect.records import ExpertGroup, GemmLayer, LayerStatus, ModelLayers
 from fp8advisor.json_output import print_document
 from fp8advisor.request import DEFAULT_BATCH, DEFAULT_SEQ
@@ -187,26 +188,18 @@ def render_experts(inspected: ModelLayers) -> tuple[Table, list[str]]:
 
 def _expert_lines(pattern: str, groups: tuple[ExpertGroup, ...]) -> list[str]:
     first = groups[0]
-    folded = fold_repeated([_Named(g.top_k_source) for g in groups]) if first.top_k is not None else []
+    named = [SimpleNamespace(fqn=g.top_k_source) for g in groups]
+    folded = fold_repeated(named) if first.top_k is not None else []
     where = folded[0].pattern if len(folded) == 1 else first.top_k_source
     lines = [f"{pattern}: top_k from {where}" if first.top_k is not None else f"{pattern}: top_k {where}"]
     routers = [g.router for g in groups if g.router]
     if routers:
-        lines.append(f"  router {_folded_names(routers)}: N = E, not one of the experts")
+        lines.append(f"  router {folded_names(routers)}: N = E, not one of the experts")
     shared = list(dict.fromkeys(fqn.rpartition(".")[0] or fqn for g in groups for fqn in g.shared))
     if shared:
-        lines.append(f"  shared experts {_folded_names(shared)}: dense Linears, in the table above")
+        lines.append(f"  shared experts {folded_names(shared)}: dense Linears, in the table above")
     lines += [f"  {note}" for note in first.notes]
     return lines
-
-
-class _Named:
-    def __init__(self, fqn: str):
-        self.fqn = fqn
-
-
-def _folded_names(fqns: list[str]) -> str:
-    return ", ".join(row.pattern for row in fold_repeated(_Named(fqn) for fqn in fqns))
 
 
 def _row_notes(layer: GemmLayer) -> list[str]:

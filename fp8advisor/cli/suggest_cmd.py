@@ -12,7 +12,9 @@ from fp8advisor.advice.decide import advise
 from fp8advisor.advice.linears import default_predictor
 from fp8advisor.advice.records import Advice
 from fp8advisor.cli.application import command, console, err_console, warn_passed_over
-from fp8advisor.cli.suggest_view import print_brief, print_in_context, print_report, print_step
+from fp8advisor.cli.current_view import print_current, print_current_brief
+from fp8advisor.cli.step_view import print_step
+from fp8advisor.cli.suggest_view import print_brief, print_in_context, print_report
 from fp8advisor.cli.terminal import plain
 from fp8advisor.emit.config_file import (
     check,
@@ -63,14 +65,14 @@ def _format_for(fmt: str | None, path: str | None) -> ConfigFormat | None:
     raise AdvisorError(f"which config format should {path} hold?", hint=f"add --format (one of: {_FORMATS})")
 
 
-def _input_files(target: str, *profiles: str | None) -> list[Path]:
-    """The files `suggest` reads, which -o must never replace: the model file (or config.json) and the
-    profiles given as paths. (Not `target.parse_target`: that also checks the file exists, which is the
-    model loader's error to give.)"""
+def _input_files(target: str, *others: str | None) -> list[Path]:
+    """The files `suggest` reads, which -o must never replace: the model file (or config.json), the
+    profiles given as paths and the --current config. (Not `target.parse_target`: that also checks the file
+    exists, which is the model loader's error to give.)"""
     path = Path(target.split(":", 1)[0])
     if path.is_dir():
         path = path / "config.json"
-    return [path] + [Path(profile) for profile in profiles if profile is not None]
+    return [path] + [Path(other) for other in others if other is not None]
 
 
 @command("suggest", short_help="Advise which Linear layers to convert; write the training config.")
@@ -86,8 +88,9 @@ def suggest(
         AUTO,
         "--recipe",
         help="tensorwise, rowwise, rowwise_with_gw_hp, or auto: of the recipes whose figures have the "
-        "strongest provenance (measured, then published, then modelled), the one with the lowest predicted "
-        "Linear time; recipes with weaker figures are not ranked against them (torchtitan-py: no "
+        "strongest provenance (measured, then evidence, then published, then modelled), the one with the "
+        "highest predicted step speedup (batch x seq on one GPU; without a step model, the lowest predicted "
+        "Linear time); recipes with weaker figures are not ranked against them (torchtitan-py: no "
         "tensorwise).",
     ),
     profile: str | None = typer.Option(
@@ -100,7 +103,10 @@ def suggest(
         "default: the profile's own, else the best one for its GPU type, else the grouped roofline).",
     ),
     min_speedup: float = typer.Option(
-        DEFAULT_MIN_SPEEDUP, "--min-speedup", help="Convert a layer when its predicted speedup reaches this."
+        DEFAULT_MIN_SPEEDUP,
+        "--min-speedup",
+        help="Convert a layer when its predicted speedup reaches this. The point prediction decides; a layer "
+        "whose interval holds it is marked uncertain (?), and `bench` on your GPU settles it.",
     ),
     tensor_parallel: int = typer.Option(
         1, "--tp", help="Tensor-parallel degree (each GPU multiplies a slice)."
@@ -144,6 +150,12 @@ def suggest(
         help="Decide the measured blocks from these in-context results (bench --model --out DIR); default: "
         "the profile directory's in-context/ when it holds this model's, for this GPU and token count.",
     ),
+    current: str | None = typer.Option(
+        None,
+        "--current",
+        help="Your config now (any format verify reads, or a filter list): which layers it trains in float8 "
+        "and its predicted step, beside the advice's. Only read.",
+    ),
 ) -> None:
     """Decide layer by layer where float8 pays, and write the config that converts exactly those layers."""
     request = SuggestRequest(
@@ -165,21 +177,28 @@ def suggest(
     step_config = _step_config(world_size, ac, grad_accum, float8_all_gather, recipe)
     if gpu is not None:
         get_specs(gpu)  # an unknown GPU fails before the work
-    destination = _destination(request, fmt, output, check_file, as_json=as_json, force=force)
+    current_file = _read_current(current)  # a file that cannot be used fails before the work
+    destination = _destination(
+        request, fmt, output, check_file, as_json=as_json, force=force, current=current
+    )
 
     model_layers, choice, advice = _advise(request, destination, gpu)
     step = None
-    if destination.shows_step:
+    if destination.shows_step or current_file is not None:
         with err_console.status("predicting the training step ..."):
             step = _step_report(advice, model_layers, choice, gpu, step_config)
     _warn_about_format(advice, destination.config_format)
 
     predictor = default_predictor(choice)  # megatron decides a fused GEMM (qkv, gate+up) with it
+    current_step = None
+    if current_file is not None:
+        current_step = _current_step(current_file, request, advice, model_layers, choice, gpu, step)
     if destination.check_file is not None:
+        print_current_brief(current_step)
         _check_committed(advice, request, destination, predictor)
         return
     text = _write_config(advice, request, destination, predictor)
-    _print_advice(advice, destination, predictor, text, step)
+    _print_advice(advice, destination, predictor, text, step, current_step)
 
 
 @dataclass(frozen=True)
@@ -210,6 +229,7 @@ def _destination(
     *,
     as_json: bool,
     force: bool,
+    current: str | None = None,
 ) -> _Destination:
     """-o, --check and --format, checked before the work: a recipe the format's framework lacks, a path that
     cannot be written, a file not ours to replace or a --check file that cannot be read fails at once."""
@@ -229,7 +249,7 @@ def _destination(
             "torchao (which set it up) or filter (whose header says to)",
         )
     if output is not None:
-        inputs = _input_files(request.target, request.profile, request.grouped_profile)
+        inputs = _input_files(request.target, request.profile, request.grouped_profile, current)
         guard_output(output, inputs=inputs, force=force)
     committed = read_committed(check_file) if check_file is not None else None
     return _Destination(config_format, output, check_file, committed, as_json)
@@ -319,12 +339,16 @@ def _write_config(
     return text
 
 
-def _print_advice(advice: Advice, destination: _Destination, predictor, text: str | None, step) -> None:
+def _print_advice(
+    advice: Advice, destination: _Destination, predictor, text: str | None, step, current_step=None
+) -> None:
     """The advice for people: one JSON document (--json), the config on stdout with a brief on stderr, or the
-    report."""
+    report; with --current, the current config's step beside the advice's."""
     config_format, output = destination.config_format, destination.output
     if destination.as_json:
         document = {**advice.to_json(), "step": None if step is None else step.to_json()}
+        if current_step is not None:
+            document["current"] = current_step.to_json()
         print_document(document)  # plain text, valid JSON (non-finite figures as null)
         return
     if config_format is not None and output is None:
@@ -335,10 +359,13 @@ def _print_advice(advice: Advice, destination: _Destination, predictor, text: st
             what_the_file_does(advice, config_format, predictor),
             leaves_fp8_off(advice, config_format, predictor),
         )
+        print_current_brief(current_step)
         return
     print_report(advice, leaves_fp8_off(advice, config_format, predictor))
     print_in_context(advice)
     print_step(step, advice)
+    if current_step is not None:
+        print_current(current_step)
     if output is not None:
         console.print(f"wrote {output} ({config_format.value})")
 
@@ -404,14 +431,55 @@ def _step_config(world_size: int, ac: str, grad_accum: int, float8_all_gather: b
     return config
 
 
+def _step_gpu(choice, gpu: str | None):
+    """The `StepGpu` of the step model: --gpu, else the GPU of the profile."""
+    from fp8advisor.advice.step import StepGpu
+    from fp8advisor.predict.speedup import roofline_specs_for
+
+    return StepGpu.of(get_specs(gpu) if gpu is not None else roofline_specs_for(choice.primary))
+
+
+def _why_no_step(advice: Advice, model_layers) -> str | None:
+    """Why the step model does not cover this set-up (None: it does)."""
+    if advice.tensor_parallel > 1:
+        return "not predicted with tensor parallelism (--tp > 1 is not modelled)"
+    if getattr(model_layers, "census", None) is None:
+        return "not predicted: the model was inspected without an op census"
+    return None
+
+
 def _step_report(advice: Advice, model_layers, choice, gpu: str | None, config):
     """The step model for the advice, or None with tensor parallelism (not modelled) or without an op census
     (a model inspected by other means)."""
-    from fp8advisor.advice.step import StepGpu
     from fp8advisor.advice.step_comparison import step_report
-    from fp8advisor.predict.speedup import roofline_specs_for
 
-    if advice.tensor_parallel > 1 or getattr(model_layers, "census", None) is None:
+    if _why_no_step(advice, model_layers) is not None:
         return None
-    specs = get_specs(gpu) if gpu is not None else roofline_specs_for(choice.primary)
-    return step_report(advice, model_layers, choice, StepGpu.of(specs), config)
+    return step_report(advice, model_layers, choice, _step_gpu(choice, gpu), config)
+
+
+def _read_current(current: str | None):
+    """--current, read before the work (`verification.current.read_current`: one ConfigError for a file that
+    cannot be used); None without it."""
+    if current is None:
+        return None
+    from fp8advisor.verification.current import read_current
+
+    return read_current(current)
+
+
+def _current_step(current_file, request: SuggestRequest, advice: Advice, model_layers, choice, gpu, step):
+    """The --current config's float8 layers and predicted step beside the advice's (`step`: its report)."""
+    from fp8advisor.verification.current import current_conversion, predict_current
+
+    with err_console.status(f"reading {current_file.path} as its framework would ..."):
+        current = current_conversion(current_file, request.target, advice)
+        return predict_current(
+            current,
+            advice,
+            model_layers,
+            step,
+            _step_gpu(choice, gpu),
+            choice,
+            why_not=_why_no_step(advice, model_layers),
+        )

@@ -23,8 +23,24 @@ from fp8advisor.cli.application import console, err_console
 from fp8advisor.frameworks.formats import FILTER_FQNS_MEANING
 
 
-def _speedup(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}x"
+def _speedup(value: float | None, interval: tuple[float, float] | None = None, digits: int = 2) -> str:
+    """'1.14x', and its interval when it has one: '1.14x (1.02-1.30)'."""
+    if value is None:
+        return "-"
+    text = f"{value:.{digits}f}x"
+    return text if interval is None else f"{text} ({interval[0]:.{digits}f}-{interval[1]:.{digits}f})"
+
+
+#: Marks a decision whose speedup interval holds the threshold.
+UNCERTAIN_MARK = "?"
+_INTERVAL_LEGEND = (
+    "(low-high): where the speedup is expected to lie 8 times in 10, from the evidence profile's held-out "
+    "errors (docs/benchmarks.md)"
+)
+_UNCERTAIN_LEGEND = (
+    f"{UNCERTAIN_MARK} uncertain: the interval holds the threshold; decided by the point prediction. "
+    "`fp8advisor bench` on your GPU (or `bench --model` for the block in context) settles it"
+)
 
 
 def _footnoted_reason(reason: str) -> str:
@@ -34,7 +50,7 @@ def _footnoted_reason(reason: str) -> str:
     from fp8advisor.advice.in_context import MEASURED_IN_CONTEXT
 
     if reason.startswith("predicted ") and (" >= " in reason or " < " in reason):
-        return ""
+        return ""  # an uncertain one carries UNCERTAIN_MARK instead
     if reason.startswith(MEASURED_IN_CONTEXT):
         return MEASURED_IN_CONTEXT
     return reason
@@ -51,7 +67,7 @@ _LEGEND = (
 
 def _modelled(provenance: str | None) -> bool:
     """Figures neither measured nor published (the roofline model, or emulated): the ones to set apart."""
-    return provenance is not None and provenance not in ("measured", "published")
+    return provenance is not None and provenance not in ("measured", "published", "evidence")
 
 
 def _marked(text: str, provenance: str | None) -> str:
@@ -146,6 +162,10 @@ def _print_layers(advice: Advice) -> None:
     console.print(_layer_table(advice, footnotes))
     _print_footnotes(footnotes)
     _print_legend(layer.provenance for layer in advice.layers)
+    if any(layer.speedup_interval for layer in advice.layers):
+        console.print(Text(_INTERVAL_LEGEND, style="dim"))
+    if any(layer.uncertain for layer in advice.layers):
+        console.print(Text(_UNCERTAIN_LEGEND, style="dim"))
     tp = advice.tensor_parallel
     if tp > 1:
         console.print(
@@ -184,10 +204,12 @@ def _layer_table(advice: Advice, footnotes: list[str]) -> Table:
     table.add_column("decision", no_wrap=True)  # "bf16 [1]": reasons are footnotes, names keep the width
     for group in groups:
         layer = group.first
-        speedup = _marked(_speedup(layer.predicted_speedup), layer.provenance)
+        speedup = _marked(_speedup(layer.predicted_speedup, layer.speedup_interval), layer.provenance)
         if layer.how == "extrapolated":
             speedup += "*"
         decision = _decision(layer.convert, layer.reason, footnotes)
+        if layer.uncertain:
+            decision.append(UNCERTAIN_MARK, style="yellow")
         shard = [] if tp == 1 else ["-" if layer.shard is None else "{}x{}".format(*layer.shard)]
         table.add_row(
             group.pattern, str(group.count), str(layer.M), f"{layer.K}x{layer.N}", *shard, speedup, decision
@@ -222,7 +244,8 @@ def _print_strategies(advice: Advice) -> None:
 
 
 def _print_recipe_options(advice: Advice) -> None:
-    """The recipes `--recipe auto` chose among, with their provenance and predicted speedup."""
+    """The recipes `--recipe auto` chose among, with their provenance, predicted Linear-time speedup and,
+    where the step was predicted, the one-GPU step speedup they were ranked by."""
     if not advice.recipe_options:
         return
     options = Table(
@@ -232,14 +255,22 @@ def _print_recipe_options(advice: Advice) -> None:
         show_edge=False,
         pad_edge=False,
     )
-    for name in ("recipe", "provenance", "layers in float8", "speedup"):
+    by_step = any(option.predicted_step_speedup is not None for option in advice.recipe_options)
+    columns = ("recipe", "provenance", "layers in float8", "speedup")
+    for name in columns + (("1-GPU step",) if by_step else ()):
         options.add_column(name)
     for option in advice.recipe_options:
+        step = (
+            []
+            if not by_step
+            else [_marked(_speedup(option.predicted_step_speedup, digits=3), option.provenance)]
+        )
         options.add_row(
             option.recipe.value,
             option.provenance,
             str(option.converted),
             _marked(_speedup(option.predicted_speedup), option.provenance),
+            *step,
         )
     console.print(options)
     _print_legend(option.provenance for option in advice.recipe_options)
@@ -419,101 +450,6 @@ def print_in_context(advice: Advice) -> None:
         )
 
 
-def _seconds(value: float) -> str:
-    return f"{value * 1e3:.1f} ms" if value < 1 else f"{value:.3f} s"
-
-
-def print_step(step, advice: Advice) -> None:
-    """The predicted training step: each strategy's step time and throughput, where the step goes, and the
-    break-even point."""
-    if step is None:
-        console.print(
-            Text(
-                "training step: not predicted with tensor parallelism (--tp > 1 is not modelled)", style="dim"
-            )
-        )
-        return
-    _print_step_title(step)
-    console.print(_step_table(step))
-    _print_legend(prediction.speedup_provenance for prediction in step.predictions)
-    console.print(_terms_table(step))
-    console.print(Text(_break_even_line(step, advice), style="bold"), soft_wrap=True)
-
-
-def _print_step_title(step) -> None:
-    """What the step is predicted for: the GPU, the parallelism and the calibration."""
-    config = step.config
-    console.print(
-        Text("Predicted training step", style="bold")
-        + Text(
-            f" ({step.gpu}, {config.world_size} GPU(s), --ac {config.ac.value}"
-            + (f", --grad-accum {config.grad_accum}" if config.grad_accum > 1 else "")
-            + (", float8 all-gather" if config.float8_all_gather else "")
-            + f"; in-step efficiency {step.calibration.in_step_efficiency:.3f}, fitted to one published bf16"
-            " throughput, leaves every speedup untouched)"
-        ),
-        soft_wrap=True,
-    )
-
-
-def _step_table(step) -> Table:
-    """Each strategy's float8 layers, step time, throughput and step speedup over bf16."""
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for name in ("strategy", "float8 layers", "step", "tokens/s/GPU", "speedup"):
-        table.add_column(
-            name, justify="left" if name == "strategy" else "right", no_wrap=True, min_width=len(name)
-        )
-    for prediction in step.predictions:
-        speedup = (
-            "-"
-            if prediction.name == "bf16"
-            else _marked(f"{step.speedup(prediction.name):.3f}x", prediction.speedup_provenance)
-        )
-        table.add_row(
-            prediction.label,
-            str(prediction.converted),
-            _seconds(prediction.step_s),
-            f"{prediction.tokens_per_s:,.0f}",
-            speedup,
-        )
-    return table
-
-
-def _terms_table(step) -> Table:
-    """The step's terms (those not zero), in bf16 and with the advice, each with its share of the step."""
-    advice_step = step.prediction("advice")
-    terms = Table(
-        title="Where the step goes (all terms in --json)", title_justify="left", box=box.SIMPLE_HEAD
-    )
-    for name in ("term", "bf16", "share", "this advice", "share", "figures"):
-        terms.add_column(name, justify="left" if name in ("term", "figures") else "right")
-    for base, mine in zip(step.baseline.terms, advice_step.terms, strict=True):
-        if base.seconds == 0 and mine.seconds == 0:
-            continue
-        terms.add_row(
-            base.name.replace("_", " "),
-            _seconds(base.seconds),
-            f"{base.seconds / step.baseline.step_s:.0%}",
-            _seconds(mine.seconds),
-            f"{mine.seconds / advice_step.step_s:.0%}",
-            mine.provenance if mine.seconds else base.provenance,
-        )
-    return terms
-
-
-def _break_even_line(step, advice: Advice) -> str:
-    found = step.break_even
-    if found is None:
-        return ""
-    recipe, target = advice.recipe.value, f"{found.target:.2f}x step speedup"
-    if found.tokens is None:
-        return f"break-even: {recipe} never reaches {target} up to {found.searched_up_to:,} tokens/GPU step"
-    where = f"batch {found.batch} at seq {found.seq}; {found.speedup:.4f}x there"
-    if found.speedup_below is not None:
-        where += f", {found.speedup_below:.4f}x at {found.tokens - 16:,}"
-    return f"break-even: {recipe} reaches {target} from {found.tokens:,} tokens per GPU step ({where})"
-
-
 @dataclass(frozen=True)
 class ExpertRow:
     """One row of `suggest`'s routed-experts section: expert groups with one decision, folded over blocks.
@@ -575,4 +511,4 @@ def expert_rows(experts: Sequence) -> list[ExpertRow]:
     return rows
 
 
-__all__ = ["MODELLED_MARK", "print_brief", "print_in_context", "print_report", "print_step"]
+__all__ = ["MODELLED_MARK", "print_brief", "print_in_context", "print_report"]

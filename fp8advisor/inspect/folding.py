@@ -1,8 +1,8 @@
 """Folding names that differ only in their block indices: how a table of 80 identical blocks reads.
 
 `layers.12.attention.wq` has the block shape `layers.#.attention.wq`; items of one shape that read the same
-fold into one row, `layers.{0..79}.attention.wq` (`fold_repeated`). The layer table, the advice and the config
-writers use it.
+fold into one row, `layers.{0..79}.attention.wq` (`fold_repeated`); a list of names reads folded the same way
+(`folded_names`). The layer table, the advice and the config writers use it.
 """
 
 from __future__ import annotations
@@ -73,3 +73,17 @@ def fold_repeated(items: Iterable[Any], key: Callable[[Any], Hashable] = lambda 
             words.append(str(values[0]) if len(set(values)) == 1 else "{" + _ranges(values) + "}")
         rows.append(Folded(".".join(words), tuple(members)))
     return rows
+
+
+@dataclass(frozen=True)
+class _Named:
+    fqn: str
+
+
+def folded_names(fqns: Iterable[str], limit: int | None = None) -> str:
+    """`layers.{0..31}.attention.wq, output`: FQNs with their repeated blocks folded (`fold_repeated`), at
+    most `limit` patterns then "... (N more)" (None: all)."""
+    rows = fold_repeated(_Named(fqn) for fqn in fqns)
+    shown = rows if limit is None else rows[:limit]
+    text = ", ".join(row.pattern for row in shown)
+    return text + (f", ... ({len(rows) - len(shown)} more)" if len(shown) < len(rows) else "")

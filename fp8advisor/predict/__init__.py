@@ -13,8 +13,11 @@ extrapolated).
 - `measurements`: bench results and speedup tables read for fitting; `fit`: results -> profile
   (`fit_profile`), with its leave-one-out error (`fit_error`) and break-even thresholds (`thresholds`).
 - `interpolation`: interpolation in log space over measured grids (Linear and grouped); `speedup`: the
-predictions
-  (`predict_speedup`, `predicted_times_s`, `predict_expert_group`).
+  predictions (`predict_speedup`, `predicted_times_s`, `predict_expert_group`), each with its interval where
+  the profile states one.
+- `evidence`: the evidence base (`data/evidence`: published float8 measurements, one file per source);
+  `fitted`: torchao's roofline with three factors fitted to it; `loso`: the candidate predictors,
+  leave-one-source-out, the selection and the intervals behind the shipped `<gpu>-evidence` profiles.
 """
 
 from fp8advisor._lazy import lazy_exports

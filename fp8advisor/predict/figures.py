@@ -16,9 +16,10 @@ from typing import Any
 from fp8advisor.errors import quote
 from fp8advisor.fields import MAX_SIZE
 
-#: Where a figure comes from. `emulated` profiles (fitted from `bench --emulate`) exist for tests and are
-#: never selected automatically.
-PROVENANCES = ("measured", "published", "modelled", "emulated")
+#: Where a figure comes from. `evidence`: predicted by the model that best predicts the published evidence
+#: base it was not fitted to (`fp8advisor.predict.loso`), with an interval. `emulated` profiles (fitted from
+#: `bench --emulate`) exist for tests and are never selected automatically.
+PROVENANCES = ("measured", "evidence", "published", "modelled", "emulated")
 
 
 #: Evidence ranks, best first (the order above): the profile that answers when several describe one GPU type,

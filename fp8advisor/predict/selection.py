@@ -2,12 +2,13 @@
 roofline profile of the same GPU, which answers for the recipes the primary profile does not cover
 (`ProfileChoice`), and with the profile whose grouped expert GEMM figures answer for the MoE experts.
 
-The order (the user's own, then shipped; measured before published before modelled; the shipped H100 profile
-for a GPU without one) is `select_profile`'s docstring. Each profile directory is read once per selection;
-a file in it that is not a readable profile is passed over and named in `ProfileChoice.passed_over`, for the
-caller to warn about; a profile the user names (--profile, --grouped-profile) that is bad is an error. A
-profile is named by any safe name (`fields.read_name_problem`, through `load_profile` and the profile
-reader): names that older versions of `fit` wrote, such as `my h100 (table)`, are read and picked.
+The order (the user's own, then shipped: the evidence profile chosen by held-out error, else measured before
+published before modelled; the shipped H100 profile for a GPU without one) is `select_profile`'s docstring.
+Each profile directory is read once per selection; a file in it that is not a readable profile is passed over
+and named in `ProfileChoice.passed_over`, for the caller to warn about; a profile the user names (--profile,
+--grouped-profile) that is bad is an error. A profile is named by any safe name (`fields.read_name_problem`,
+through `load_profile` and the profile reader): names that older versions of `fit` wrote, such as `my h100
+(table)`, are read and picked.
 """
 
 from __future__ import annotations
@@ -215,6 +216,13 @@ def _best(profiles: list[Profile]) -> Profile:
     )
 
 
+def _shipped_best(profiles: list[Profile]) -> Profile:
+    """Among shipped profiles, the evidence profile first (it is fitted to every shipped table and measured
+    profile and chosen by held-out error, `fp8advisor.predict.loso`), else `_best`."""
+    evidence = [profile for profile in profiles if profile.provenance == "evidence"]
+    return _best(evidence or profiles)
+
+
 def select_profile(
     requested: str | Path | None = None,
     *,
@@ -226,10 +234,11 @@ def select_profile(
 
     `requested` (a name or path) wins. Otherwise, for the GPU `device_name` (detected from CUDA device 0 when
     None and `detect_device`): a profile the user made for this GPU family (in `user_profile_dir()`, the
-    newest; measured before published) > the shipped one for this family (measured or published before
-    modelled) > the shipped H100 one. The result pairs it with the modelled roofline profile of the same
-    family. A file in a profile directory that is not a readable profile is passed over and named in the
-    choice's `passed_over`; a profile named with `requested` or `grouped` that is bad is a `ProfileError`.
+    newest; measured before published) > the shipped one for this family (the evidence profile, else measured
+    or published before modelled) > the shipped H100 one. The result pairs it with the modelled roofline
+    profile of the same family. A file in a profile directory that is not a readable profile is passed over
+    and named in the choice's `passed_over`; a profile named with `requested` or `grouped` that is bad is a
+    `ProfileError`.
 
     The MoE experts' grouped GEMM figures: `grouped` (--grouped-profile, a name or path; "none": the grouped
     roofline) wins; else the
@@ -281,12 +290,13 @@ def _select_profile(
             if p.family == family and p.provenance != "emulated" and p.recipes
         ]
         if shipped:
-            return _pair(_best(shipped), f"the shipped profile for {gpu_words}", scans, grouped_source)
+            why = f"the shipped profile for {gpu_words}"
+            return _pair(_shipped_best(shipped), why, scans, grouped_source)
 
     shipped_default = [
         p
         for p in scans.profiles(shipped_profile_dir())
-        if p.family == DEFAULT_FAMILY and p.provenance in ("measured", "published") and p.recipes
+        if p.family == DEFAULT_FAMILY and p.provenance in ("measured", "evidence", "published") and p.recipes
     ]
     if not shipped_default:
         raise ProfileError(
@@ -296,7 +306,7 @@ def _select_profile(
     why = f"no profile for {device_name}" if device_name else "no GPU found"
     grouped_source = grouped_source or _grouped_source(DEFAULT_FAMILY, [], scans)
     return _pair(
-        _best(shipped_default), f"{why}: the shipped {DEFAULT_FAMILY} profile", scans, grouped_source
+        _shipped_best(shipped_default), f"{why}: the shipped {DEFAULT_FAMILY} profile", scans, grouped_source
     )
 
 

@@ -31,13 +31,14 @@ import functools
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from fp8advisor.gpus import GPU_SPECS, GpuSpecs
 from fp8advisor.predict.figures import SpeedupPoint
+from fp8advisor.predict.fitted import FITTED_KIND, RooflineFactors, fitted_speedup
 from fp8advisor.predict.interpolation import EXTRAPOLATED, INTERPOLATED, LogGridModel
 from fp8advisor.predict.profile import Profile
 from fp8advisor.predict.roofline import (
@@ -51,6 +52,10 @@ from fp8advisor.predict.selection import ProfileChoice
 from fp8advisor.recipes import BASELINE, Recipe
 
 MODELLED = "modelled"
+FITTED = "fitted"
+BLENDED = "blended"
+#: A recipe's model section that blends its table with the fitted roofline (geometric mean).
+BLEND_KIND = "blend"
 
 #: What a measured profile's "model" section says; this module implements it (`predict_speedup`).
 INTERPOLATION_MODEL = {
@@ -68,9 +73,12 @@ INTERPOLATION_MODEL = {
 class Prediction:
     """A predicted figure and where it comes from.
 
-    `provenance` is that of the profile that answered ("measured", "published", "modelled"); `how` is
-    "interpolated" (inside its measured grid), "extrapolated" (outside it, by the rule above) or "modelled"
-    (the roofline formula); `profile` names the profile; `detail` says more for people.
+    `provenance` is that of the profile that answered ("measured", "evidence", "published", "modelled");
+    `how` is "interpolated" (inside its measured grid), "extrapolated" (outside it, by the rule above),
+    "modelled" (the roofline formula), "fitted" (the fitted roofline) or "blended" (a table and the fitted
+    roofline, geometric mean); `profile` names the profile; `detail` says more for people. `interval` (low,
+    high) is where the true speedup is expected to lie, from the profile's held-out residuals (the 10th to
+    90th percentile of published / predicted, `fp8advisor.predict.loso`); None when the profile states none.
     """
 
     speedup: float
@@ -78,6 +86,11 @@ class Prediction:
     how: str
     profile: str
     detail: str = ""
+    interval: tuple[float, float] | None = None
+
+    def straddles(self, threshold: float) -> bool:
+        """True when the interval holds `threshold` strictly inside: the decision could go either way."""
+        return self.interval is not None and self.interval[0] < threshold < self.interval[1]
 
 
 @dataclass(frozen=True)
@@ -176,32 +189,76 @@ def extrapolate(
     return value, False, "; ".join(words)
 
 
+#: What a prediction is for: a Linear in a model, a bare Linear benchmark, or torchao's LNLinearSigmoid
+#: benchmark (`fp8advisor.predict.evidence` figures of either kind). Only the fitted roofline tells them
+#: apart: it adds the benchmark's LayerNorm and Sigmoid for "ln_linear_sigmoid". The casts are priced as the
+#: profile says (fused for every shipped profile) for all three: a compiled bare Linear's casts cost what
+#: fused ones do (torchao's roofline with fused casts is 10.6% off pytorch/ao PR 2185's bare-Linear figures
+#: at the median, with unfused casts 15.5%; docs/benchmarks.md).
+WORKLOADS = ("model", "linear", "ln_linear_sigmoid")
+
+
 def predict_speedup(
-    profile: Profile | ProfileChoice, recipe: Recipe | str, M: int, K: int, N: int
+    profile: Profile | ProfileChoice, recipe: Recipe | str, M: int, K: int, N: int, *, workload: str = "model"
 ) -> Prediction:
     """Predicted forward+backward speedup of a bf16 Linear (K -> N, M rows) converted with `recipe`.
 
     A `ProfileChoice` answers from its primary profile when that covers the recipe, else from its modelled
-    fallback; a bare `Profile` must cover the recipe (ProfileError otherwise).
+    fallback; a bare `Profile` must cover the recipe (ProfileError otherwise). `workload` (`WORKLOADS`) says
+    what is predicted: the casts are priced as the profile says for all three; the fitted roofline adds the
+    benchmark's LayerNorm and Sigmoid for "ln_linear_sigmoid"; a table and torchao's roofline answer the
+    same for all three.
     """
     shape = _check_shape(M, K, N)
     recipe = Recipe(recipe)
     answering = profile.profile_for(recipe) if isinstance(profile, ProfileChoice) else profile
     body = answering.recipe(recipe)  # ProfileError when not covered
     specs = roofline_specs_for(answering)
+    if workload not in WORKLOADS:
+        raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}, not {workload!r}")
     fused = bool(body.model.get("fused", True))
-    if not body.points:
-        speedup = roofline_speedup(*shape, recipe, specs, fused=fused)
-        return Prediction(
-            speedup, answering.provenance, MODELLED, answering.name, f"roofline model ({specs.family})"
+    kind = body.model.get("kind")
+    if kind in (FITTED_KIND, BLEND_KIND):
+        fitted = fitted_speedup(
+            *shape,
+            recipe,
+            specs,
+            RooflineFactors.from_model(body.model),
+            fused=fused,
+            with_neighbours=workload == "ln_linear_sigmoid",
         )
+    if not body.points:
+        if kind == FITTED_KIND:
+            words = _fitted_words(specs)
+            prediction = Prediction(fitted, answering.provenance, FITTED, answering.name, words)
+        else:
+            speedup = roofline_speedup(*shape, recipe, specs, fused=fused)
+            words = f"roofline model ({specs.family})"
+            prediction = Prediction(speedup, answering.provenance, MODELLED, answering.name, words)
+        return _with_interval(prediction, body.model)
 
     speedup, inside, detail = extrapolate(
         _speedup_model(body.points), shape, roofline_ratio(recipe, specs, fused=fused)
     )
-    return Prediction(
-        speedup, answering.provenance, INTERPOLATED if inside else EXTRAPOLATED, answering.name, detail
-    )
+    how = INTERPOLATED if inside else EXTRAPOLATED
+    if kind == BLEND_KIND:
+        speedup, how = math.sqrt(speedup * fitted), BLENDED
+        detail = f"geometric mean of the table ({detail}) and the {_fitted_words(specs)}"
+    return _with_interval(Prediction(speedup, answering.provenance, how, answering.name, detail), body.model)
+
+
+def _fitted_words(specs: GpuSpecs) -> str:
+    return f"roofline fitted to the published measurements ({specs.family})"
+
+
+def _with_interval(prediction: Prediction, model) -> Prediction:
+    """The prediction with the interval its profile's recipe states (`interval_low`, `interval_high`: the
+    10th and 90th percentiles of published / predicted over held-out figures), if any."""
+    low, high = model.get("interval_low"), model.get("interval_high")
+    if low is None or high is None:
+        return prediction
+    speedup = prediction.speedup
+    return replace(prediction, interval=(speedup * float(low), speedup * float(high)))
 
 
 def predicted_bf16_time_s(profile: Profile | ProfileChoice, M: int, K: int, N: int) -> tuple[float, str, str]:
@@ -355,9 +412,13 @@ def predict_expert_group(profile, group, imbalance: float = 1.0) -> GroupTimes |
 
 
 __all__ = [
+    "BLENDED",
+    "BLEND_KIND",
+    "FITTED",
     "IMBALANCE_SAMPLES",
     "INTERPOLATION_MODEL",
     "MODELLED",
+    "WORKLOADS",
     "GroupTimes",
     "LayerTimes",
     "Prediction",

@@ -18,6 +18,8 @@ every difference (exit 0 or 1).
 - `differences`: what differs from the advice, in the order the report gives it; `report`: the records.
 - `megatron_check`: a Megatron-Core precision config instead: which Transformer Engine modules Megatron's
   matcher puts in float8 against the advice; nothing runs.
+- `current`: `suggest --current FILE`: which layers a config trains in float8 (read and converted as above)
+  and its predicted training step beside the advice's.
 """
 
 from fp8advisor._lazy import lazy_exports

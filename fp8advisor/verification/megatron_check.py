@@ -152,6 +152,17 @@ def _float8_modules(
     return frozenset(simulated), native
 
 
+def file_float8_modules(
+    path: Path, names: list[str], n_layers: int
+) -> tuple[frozenset[str], NativeConversion | NotRun, tuple[str, ...]]:
+    """For `suggest --current`: the modules of `names` the precision config at `path` puts in float8 and who
+    said so (`_float8_modules`: Megatron-Core's own matcher, else the simulation), and the details of its
+    float8 configs that train otherwise than torchao's tensorwise (`_config_differences`)."""
+    document = load_yaml(path, read_config_text(path))
+    float8, native = _float8_modules(path, document, names, n_layers)
+    return float8, native, tuple(difference.detail for difference in _config_differences(path, document))
+
+
 def _checked_document(path: Path, document: Any) -> tuple[dict, dict]:
     """The configs and the matchers, refused where Megatron's loader refuses them
     (megatron/core/quantization/quant_config.py `RecipeConfig._build_matchers`: an enabled matcher needs a
@@ -341,4 +352,4 @@ def _framework_line(
     )
 
 
-__all__ = ["NOT_RUN_MODE", "parts_in_words", "verify_megatron"]
+__all__ = ["NOT_RUN_MODE", "file_float8_modules", "parts_in_words", "verify_megatron"]

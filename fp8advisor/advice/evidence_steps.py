@@ -1,0 +1,127 @@
+"""The evidence base's whole-step figures, run through the step model: the step half of leave-one-source-out.
+
+A step source of `data/evidence` (kind `step`) whose set-up the step model can run (a model target with the
+same shapes and names, data parallelism only: FSDP over `gpus`, no tensor, context or pipeline parallelism)
+becomes an `Anchor` (`anchors_from_evidence`), exactly as `data/anchors` describes the calibration runs; the
+others are named with the reason. `step_residuals` then predicts each float8 result of each anchor with a
+candidate predictor of `fp8advisor.predict.loso` and returns published beside predicted: the
+`StepResiduals` that `leave_one_source_out` takes. The step sources enter no fit (the step model's one
+constant, its in-step efficiency, divides every compute term alike, so no speedup depends on it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from fp8advisor.advice.published import Anchor, PublishedResult, predict_anchor
+from fp8advisor.advice.step import Calibration, Checkpointing, StepConfig
+from fp8advisor.predict.evidence import EvidenceSource, derived_step_speedup
+from fp8advisor.predict.loso import Fitted, Residual, StepResiduals, candidate_profile
+from fp8advisor.predict.selection import ProfileChoice
+from fp8advisor.recipes import Recipe
+
+#: The parallelism degrees a step set-up may hold for the step model to run it (beyond dp_shard = FSDP).
+_UNMODELLED = ("tp", "cp", "pp", "dp_replicate", "ep")
+
+
+def _unmodelled_reason(source: EvidenceSource) -> str | None:
+    setup = source.setup or {}
+    if not setup.get("target"):
+        return "no fp8advisor model target with the published model's shapes"
+    parallelism = setup.get("parallelism") or {}
+    beyond = [f"{key} {parallelism[key]}" for key in _UNMODELLED if (parallelism.get(key) or 1) > 1]
+    if beyond:
+        return f"{', '.join(beyond)}: the step model runs data parallelism (FSDP) only"
+    if not all(setup.get(key) for key in ("gpus", "batch", "seq")):
+        return "the set-up does not state gpus, batch and seq"
+    return None
+
+
+def anchors_from_evidence(sources: Sequence[EvidenceSource]) -> tuple[list[Anchor], list[str]]:
+    """(anchors the step model can run, "source: why not" for the other step sources)."""
+    anchors, skipped = [], []
+    for source in sources:
+        if source.kind != "step":
+            continue
+        reason = _unmodelled_reason(source)
+        if reason is not None:
+            skipped.append(f"{source.id}: {reason}")
+            continue
+        setup = source.setup or {}
+        results = tuple(
+            PublishedResult(
+                recipe=None if point.get("recipe") is None else Recipe(point["recipe"]),
+                tokens_per_s_per_gpu=point.get("tokens_per_s_per_gpu"),
+                speedup=derived_step_speedup(point, source.points),
+                float8_all_gather=bool(point.get("float8_all_gather", False)),
+            )
+            for point in source.points
+            if point.get("recipe") is None or point["recipe"] in {r.value for r in Recipe}
+        )
+        anchors.append(
+            Anchor(
+                id=source.id,
+                source=source.describe(),
+                setup=str(setup.get("description", "")),
+                software=dict(source.software),
+                model=str(setup["target"]),
+                gpu=source.gpu,
+                batch=int(setup["batch"]),
+                seq=int(setup["seq"]),
+                config=StepConfig(
+                    world_size=int(setup["gpus"]),
+                    ac=Checkpointing(setup.get("ac") or "none"),
+                    grad_accum=int(setup.get("grad_accum") or 1),
+                ),
+                keep_bf16=tuple(setup.get("keep_bf16") or ()),
+                results=results,
+            )
+        )
+    return anchors, skipped
+
+
+def step_residuals(
+    anchors: Sequence[Anchor], layers_by_anchor: Mapping[str, object], calibration: Calibration
+) -> StepResiduals:
+    """The step model's residuals of every anchor's float8 results under a fitted candidate (see
+    `fp8advisor.predict.loso.leave_one_source_out`)."""
+
+    def residuals(fitted: Fitted, candidate: str, intervals) -> list[Residual]:
+        found = []
+        for anchor in anchors:
+            profile = candidate_profile(fitted, candidate, anchor.gpu)
+            choice = ProfileChoice(primary=profile, fallback=None, reason=f"candidate {candidate}")
+            layers = layers_by_anchor[anchor.id]
+            prediction = predict_anchor(anchor, calibration, layers, choice=choice)
+            for result, _ in prediction.float8:
+                if result.speedup is None:
+                    continue
+                stated = intervals.get(result.recipe)
+                ends = None
+                if stated is not None:
+                    ends = tuple(
+                        predict_anchor(anchor, calibration, layers, choice, factor).speedup(result)
+                        for factor in stated[:2]
+                    )
+                found.append(
+                    Residual(
+                        anchor.id,
+                        anchor.gpu,
+                        result.recipe,
+                        candidate,
+                        prediction.speedup(result),
+                        result.speedup,
+                        level="step",
+                        label=result.recipe.value + (" + all-gather" if result.float8_all_gather else ""),
+                        interval=ends,
+                    )
+                )
+        return found
+
+    return residuals
+
+
+__all__ = [
+    "anchors_from_evidence",
+    "step_residuals",
+]
