@@ -11,6 +11,7 @@ docs/benchmarks.md ("The default, chosen by the evidence").
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -22,13 +23,16 @@ from fp8advisor.paths import PROFILES_DIR  # noqa: E402
 from fp8advisor.predict.profile import dumps_profile  # noqa: E402
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a profile is stale; write nothing")
+    args = parser.parse_args(argv)
     report = evidence_report()
     stale = []
     for profile in report.profiles:
         path = PROFILES_DIR / f"{profile.name}.json"
         text = dumps_profile(profile)
-        if "--check" in argv:
+        if args.check:
             if not path.is_file() or path.read_text(encoding="utf-8") != text:
                 stale.append(path.name)
             continue
@@ -47,4 +51,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -271,6 +271,25 @@ def report():
     return evidence_report()
 
 
+def shipped_defaults(report):
+    from fp8advisor.advice.evidence_default import shipped_defaults as defaults
+
+    return defaults(report)
+
+
+def test_a_blend_without_a_table_is_the_fitted_roofline():
+    figures = _synthetic(RooflineFactors(0.8, 1.5, 0.0), "bare", ln_sigmoid=False)  # no LNLinearSigmoid table
+    fitted = fit_candidates(figures)
+    answers = {
+        name: predict_speedup(
+            candidate_profile(fitted, name, "H100"), Recipe.ROWWISE, 4096, 4096, 4096
+        ).speedup
+        for name in (FITTED_ROOFLINE, "blend-fitted", ROOFLINE)
+    }
+    assert answers["blend-fitted"] == answers[FITTED_ROOFLINE]
+    assert abs(answers[FITTED_ROOFLINE] / answers[ROOFLINE] - 1) > 0.05  # fitted, not torchao's
+
+
 def test_the_shipped_evidence_profiles_are_what_the_evidence_chooses(report):
     from fp8advisor.paths import PROFILES_DIR
     from fp8advisor.predict.profile import dumps_profile
@@ -291,10 +310,28 @@ def test_the_docs_table_is_what_the_evidence_gives(report):
     )
 
 
-def test_every_choice_is_the_lowest_held_out_score(report):
+def test_every_choice_is_the_gpus_own_measured_table_or_the_lowest_held_out_score(report):
+    from fp8advisor.advice.evidence_default import measured_tables
+
+    measured = measured_tables(report.sources)
+    assert {gpu for gpu, _ in measured} == {"H200"}  # this project's H200 sweep
     for (gpu, recipe), (candidate, _) in report.choices.items():
+        if (gpu, recipe) in measured:
+            assert candidate == TABLE
+            continue
         table = scores(report.residuals, recipe, gpu) or scores(report.residuals, recipe)
         assert table[candidate][0] == min(score for score, _ in table.values())
+
+
+def test_the_held_out_defaults_never_saw_their_source(report):
+    """Every figure of the nested table was predicted by a candidate chosen without its source: with the
+    H200 sweep held out, H200 has no table of its own left, so the choice is not the shipped default's."""
+    held_out = {(r.source, r.recipe): r.candidate for r, _ in report.held_out}
+    shipped = {(r.source, r.recipe): r.candidate for r, _ in shipped_defaults(report)}
+    assert report.choices[("H200", Recipe.ROWWISE)][0] == TABLE  # the shipped H200 table is the sweep itself
+    assert ("h200-measured-2026-11-26", Recipe.ROWWISE) not in shipped
+    assert held_out[("h200-measured-2026-11-26", Recipe.ROWWISE)] != TABLE
+    assert set(shipped) < set(held_out)
 
 
 def test_suggest_picks_the_evidence_profile_where_the_user_measured_nothing(tmp_path, monkeypatch):

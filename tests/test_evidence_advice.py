@@ -51,6 +51,10 @@ def test_a_layer_whose_interval_holds_the_threshold_is_uncertain_and_decided_by_
     decided = decide_layers(llama.layers, Recipe.ROWWISE, _predictor({1024: 1.0}), 1.01, 1)
     wk = next(layer for layer in decided if layer.fqn == "layers.0.attention.wk")
     assert wk.uncertain and not wk.convert
+    # an interval that ends at the threshold does not hold it
+    decided = decide_layers(llama.layers, Recipe.ROWWISE, _predictor({1024: 1.01}, (1.0, 1.2)), 1.01, 1)
+    wk = next(layer for layer in decided if layer.fqn == "layers.0.attention.wk")
+    assert wk.convert and not wk.uncertain
     # without intervals nothing is uncertain
     decided = decide_layers(llama.layers, Recipe.ROWWISE, _predictor({1024: 1.0}, None), 1.01, 1)
     assert not any(layer.uncertain for layer in decided)
@@ -123,11 +127,11 @@ def test_suggest_json_carries_intervals_and_the_auto_ranking():
     assert document["recipe"] == best["recipe"]
     layers = [layer for layer in document["layers"] if layer["predicted_speedup"] is not None]
     assert all(
-        layer["speedup_interval"][0] <= layer["predicted_speedup"] <= layer["speedup_interval"][1]
+        layer["speedup_interval"][0] < layer["predicted_speedup"] <= layer["speedup_interval"][1]
         for layer in layers
     )
     step = document["step"]["strategies"]["advice"]
-    assert step["step_speedup_interval"][0] <= step["step_speedup"] <= step["step_speedup_interval"][1]
+    assert step["step_speedup_interval"][0] < step["step_speedup"] < step["step_speedup_interval"][1]
 
 
 def test_the_current_configs_step_carries_its_interval(tmp_path):

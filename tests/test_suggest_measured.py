@@ -190,3 +190,18 @@ def test_a_config_decided_in_context_pins_the_results_in_its_check_command(tmp_p
     assert stale.exit_code == 1 and "is stale" in " ".join(
         stale.output.split()
     )  # without them: the profile's advice differs
+
+
+def test_a_layer_decided_in_context_is_no_longer_uncertain(tmp_path, discovery):
+    """The evidence profile marks layers uncertain and says `bench --model` settles them: once measured in
+    context, they are settled (and count in no stake)."""
+    write_results(tmp_path / "ctx", discovery)
+    args = ["suggest", LLAMA, "--seq", str(SEQ), "--recipe", "rowwise", "--profile", "h100-evidence"]
+    plain = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+    measured_layers = json.loads(
+        runner.invoke(app, [*args, "--measured", str(tmp_path / "ctx"), "--json"]).stdout
+    )
+    by_fqn = {layer["fqn"]: layer for layer in plain["layers"]}
+    settled = [layer for layer in measured_layers["layers"] if layer["decided_by"] == "measured in context"]
+    assert any(by_fqn[layer["fqn"]]["uncertain"] for layer in settled)  # uncertain before
+    assert settled and not any(layer["uncertain"] for layer in settled)

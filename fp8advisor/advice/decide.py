@@ -272,6 +272,7 @@ def _decide_in_context(decided: list[LayerAdvice], measured) -> tuple[list[Layer
             convert=decisions[layer.fqn][0],
             reason=decisions[layer.fqn][1],
             decided_by=MEASURED_IN_CONTEXT,
+            uncertain=False,  # measured: what `bench --model` settles
         )
         if layer.fqn in decisions
         else layer

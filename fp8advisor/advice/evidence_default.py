@@ -19,10 +19,13 @@ import numpy as np
 
 from fp8advisor.advice.evidence_steps import anchors_from_evidence, step_residuals
 from fp8advisor.advice.step import Calibration
+from fp8advisor.gpus import get_specs
 from fp8advisor.predict.evidence import EvidenceSource, linear_figures, load_evidence
-from fp8advisor.predict.fit_error import prediction_error
+from fp8advisor.predict.fit_error import leave_one_out, prediction_error
 from fp8advisor.predict.loso import (
     CANDIDATES,
+    MIN_TABLE_POINTS,
+    TABLE,
     Residual,
     candidate_profile,
     fit_candidates,
@@ -32,6 +35,7 @@ from fp8advisor.predict.loso import (
     source_errors,
 )
 from fp8advisor.predict.profile import DeviceInfo, Profile
+from fp8advisor.predict.selection import DEFAULT_FAMILY
 from fp8advisor.recipes import Recipe
 
 #: The GPU families that get a shipped evidence profile (those of the shipped roofline profiles).
@@ -57,6 +61,9 @@ class EvidenceReport:
     intervals: Mapping[tuple[str, Recipe], tuple[float, float, int]] = field(hash=False)
     profiles: tuple[Profile, ...]
     skipped_steps: tuple[str, ...] = ()
+    #: Each held-out figure as the default would have predicted it had its source never been seen, with the
+    #: interval stated then (`_held_out_defaults`)
+    held_out: tuple[Stated, ...] = ()
 
 
 def evidence_report(
@@ -79,33 +86,89 @@ def evidence_report(
     for anchor in anchors:
         if anchor.id not in layers:
             layers[anchor.id] = inspect_model(anchor.model, batch=anchor.batch, seq=anchor.seq)
-    steps = step_residuals(anchors, layers, calibration) if anchors else None
+    steps = step_residuals(anchors, layers, calibration, family_of) if anchors else None
     residuals = leave_one_source_out(figures, CANDIDATES, steps)
-    choices = {(gpu, recipe): select(residuals, gpu, recipe) for gpu in families for recipe in Recipe}
+    measured = measured_tables(sources)
+    choices = {
+        (gpu, recipe): choose(residuals, gpu, recipe, measured) for gpu in families for recipe in Recipe
+    }
     intervals = {}
     for (gpu, recipe), (candidate, _) in choices.items():
         stated = interval_ratios(residuals, recipe, candidate)
         if stated is not None:
             intervals[(gpu, recipe)] = stated
     fitted = fit_candidates(figures)
-    profiles = tuple(_family_profile(fitted, gpu, choices, intervals, sources, residuals) for gpu in families)
-    return EvidenceReport(tuple(sources), tuple(residuals), choices, intervals, profiles, tuple(skipped))
+    profiles = tuple(
+        _family_profile(fitted, gpu, choices, intervals, sources, residuals, measured) for gpu in families
+    )
+    held_out = _held_out_defaults(sources, figures, residuals, steps)
+    return EvidenceReport(
+        tuple(sources), tuple(residuals), choices, intervals, profiles, tuple(skipped), tuple(held_out)
+    )
 
 
-def _family_profile(fitted, gpu: str, choices, intervals, sources, residuals) -> Profile:
+def family_of(gpu: str) -> str:
+    """The GPU family whose evidence profile answers for `gpu`: its own, else the default (as
+    `selection.select_profile` picks for a GPU without a shipped profile)."""
+    return gpu if gpu in FAMILIES else DEFAULT_FAMILY
+
+
+def measured_tables(sources: Sequence[EvidenceSource]) -> set[tuple[str, Recipe]]:
+    """(GPU, recipe) of this project's own measured tables (a measured profile's LNLinearSigmoid points of
+    the recipe, at least `MIN_TABLE_POINTS`)."""
+    found = set()
+    for source in sources:
+        if source.provenance != "measured":
+            continue
+        for figure_set in _by_recipe(linear_figures([source])).items():
+            recipe, figures = figure_set
+            if len(figures) >= MIN_TABLE_POINTS:
+                found.add((source.gpu, recipe))
+    return found
+
+
+def _by_recipe(figures) -> dict[Recipe, list]:
+    grouped: dict[Recipe, list] = {}
+    for figure in figures:
+        grouped.setdefault(figure.recipe, []).append(figure)
+    return grouped
+
+
+def choose(
+    residuals: Sequence[Residual], gpu: str, recipe: Recipe, measured: set[tuple[str, Recipe]]
+) -> tuple[str, str]:
+    """The candidate for `gpu` and `recipe`, and why: the GPU's own measured table where this project measured
+    one (a table predicts the GPU it measured; leave-one-source-out cannot score a GPU's only table, since
+    held out it is predicted from another GPU's), else the lowest held-out score (`loso.select`)."""
+    if (gpu, recipe) in measured:
+        return TABLE, f"{gpu}'s own measured table (this project's bench of this GPU type)"
+    return select(residuals, gpu, recipe)
+
+
+def _family_profile(fitted, gpu: str, choices, intervals, sources, residuals, measured) -> Profile:
     """The evidence profile of `gpu`: each recipe predicted by its chosen candidate, with its interval and
-    its held-out error (the chosen candidate on every held-out Linear figure of the recipe)."""
+    its held-out error: the chosen candidate on the held-out Linear figures of the recipe on this GPU (on
+    every GPU where it has none); a GPU's own measured table, its leave-one-out error within itself."""
     chosen = {recipe: choices[(gpu, recipe)][0] for recipe in Recipe}
     stated = {recipe: intervals[(gpu, recipe)] for recipe in Recipe if (gpu, recipe) in intervals}
     profile = candidate_profile(fitted, chosen, gpu, name=f"{gpu.lower()}-evidence", intervals=stated)
     recipes = {}
     for name, body in profile.recipes.items():
-        compared = [
-            (r.predicted, r.published)
+        held_out = [
+            r
             for r in residuals
             if r.level == "linear" and r.recipe.value == name and r.candidate == chosen[Recipe(name)]
         ]
-        recipes[name] = replace(body, error=prediction_error("leave-one-source-out", compared))
+        if chosen[Recipe(name)] == TABLE and body.points and (gpu, Recipe(name)) in measured:
+            # the GPU's own measured table: its own leave-one-out error, as `fit` states it
+            recipes[name] = replace(body, error=leave_one_out(body.points, name, get_specs(gpu)))
+            continue
+        own = [r for r in held_out if r.gpu == gpu]
+        method = (
+            f"leave-one-source-out, {gpu}'s sources" if own else "leave-one-source-out, every GPU's sources"
+        )
+        compared = [(r.predicted, r.published) for r in own or held_out]
+        recipes[name] = replace(body, error=prediction_error(method, compared))
     return replace(
         profile,
         recipes=recipes,
@@ -146,40 +209,64 @@ def markdown_tables(report: EvidenceReport) -> str:
         lines.append(f"| {gpu} | {recipe.value} | {candidate} | {words} | {why} |")
     lines += [
         "",
-        "The shipped default (candidates chosen with every source) on each source:",
+        "The shipped default (candidates chosen with every source) on each source (this project's H200 "
+        "sweep, which is the shipped H200 table, left out):",
         "",
         *_chosen_table(shipped_defaults(report), "shipped"),
         "",
         "The default as it would have been chosen without each source (selection is part of the fit: the "
         "honest held-out error):",
         "",
-        *_chosen_table(held_out_defaults(report), "chosen without it"),
+        *_chosen_table(list(report.held_out), "chosen without it"),
         "",
         _coverage_line(report),
     ]
     return "\n".join(lines) + "\n"
 
 
-def held_out_defaults(report: EvidenceReport) -> list[tuple[Residual, tuple[float, float] | None]]:
-    """What the default would have predicted for each held-out figure had its source never been seen: the
-    candidate selected without the source's figures (`select` on the other sources' residuals) for the
-    source's GPU (the default family's choice for a GPU without a profile) and recipe, with the interval
-    ratios computed without them too (a step figure: its own interval). Selection is part of the fit, so
-    this, not the error of the candidate chosen with every source, is the honest held-out error."""
-    found: list[tuple[Residual, tuple[float, float] | None]] = []
-    choices: dict[tuple[str, str, Recipe], tuple[str, tuple[float, float] | None]] = {}
-    for r in report.residuals:
-        key = (r.source, r.gpu, r.recipe)
-        if key not in choices:
-            others = [o for o in report.residuals if o.source != r.source]
-            gpu = r.gpu if r.gpu in FAMILIES else FAMILIES[0]
-            candidate, _ = select(others, gpu, r.recipe)
-            ratios = interval_ratios(others, r.recipe, candidate)
-            choices[key] = (candidate, None if ratios is None else ratios[:2])
-        candidate, ratios = choices[key]
-        if r.candidate == candidate:
-            found.append((r, r.interval if r.level == "step" else ratios))
+#: A held-out figure and the interval ratios stated for it (None: none stated).
+Stated = tuple[Residual, tuple[float, float] | None]
+
+
+def _held_out_defaults(sources, figures, residuals, steps) -> list[Stated]:
+    """What the default would have predicted for each held-out figure had its source never been seen: for a
+    Linear source, leave-one-source-out run again without it (every candidate refitted on the remaining
+    sources, the step sources predicted with those fits), the candidate chosen from that (`choose`) for the
+    source's GPU family and recipe, and the interval ratios of that run; a step source enters no fit, so the
+    other sources' residuals already leave it out (its own interval: the step at the interval's ends).
+    Selection is part of the fit, so this, not the error of the candidate chosen with every source, is the
+    honest held-out error."""
+
+    def steps_only(fitted, candidate, _intervals):
+        return steps(fitted, candidate, {}) if steps is not None else []
+
+    found: list[Stated] = []
+    linear_sources = {figure.source for figure in figures}
+    for source in sorted({r.source for r in residuals}):
+        kept = [s for s in sources if s.id != source]
+        if source in linear_sources:
+            rest = [figure for figure in figures if figure.source != source]
+            inner = leave_one_source_out(rest, CANDIDATES, steps_only if steps is not None else None)
+        else:
+            inner = [r for r in residuals if r.source != source]
+        own = [r for r in residuals if r.source == source]
+        for gpu, recipe in sorted({(r.gpu, r.recipe) for r in own}, key=str):
+            candidate, _ = choose(inner, family_of(gpu), recipe, measured_tables(kept))
+            ratios = interval_ratios(inner, recipe, candidate)
+            found += [
+                (r, _stated(r, ratios))
+                for r in own
+                if (r.gpu, r.recipe, r.candidate) == (gpu, recipe, candidate)
+            ]
     return found
+
+
+def _stated(residual: Residual, ratios: tuple[float, float, int] | None) -> tuple[float, float] | None:
+    """The interval stated for a held-out figure: a step figure's own (the step at the interval's ends), a
+    Linear figure's its candidate's ratios."""
+    if residual.level == "step":
+        return residual.interval
+    return None if ratios is None else ratios[:2]
 
 
 def _inside(residual: Residual, interval: tuple[float, float] | None) -> bool | None:
@@ -191,23 +278,29 @@ def _inside(residual: Residual, interval: tuple[float, float] | None) -> bool | 
     return interval[0] <= residual.ratio <= interval[1]
 
 
-def shipped_defaults(report: EvidenceReport) -> list[tuple[Residual, tuple[float, float] | None]]:
+def shipped_defaults(report: EvidenceReport) -> list[Stated]:
     """Each held-out figure as the shipped default predicts it: the candidate chosen with every source for
     the figure's GPU (the default family's choice for a GPU without a profile) and recipe, and its
-    interval."""
+    interval. A measured source that is itself the shipped table of its GPU is left out (the shipped default
+    reproduces it exactly; its error within itself is the profile's leave-one-out)."""
+    own_tables = {
+        (s.id, gpu, recipe)
+        for s in report.sources
+        for gpu, recipe in measured_tables([s])
+        if report.choices.get((gpu, recipe), ("",))[0] == TABLE
+    }
     found = []
     for r in report.residuals:
-        gpu = r.gpu if r.gpu in FAMILIES else FAMILIES[0]
+        if (r.source, r.gpu, r.recipe) in own_tables:
+            continue
+        gpu = family_of(r.gpu)
         candidate, _ = report.choices[(gpu, r.recipe)]
         if r.candidate == candidate:
-            ratios = report.intervals.get((gpu, r.recipe))
-            found.append((r, r.interval if r.level == "step" else None if ratios is None else ratios[:2]))
+            found.append((r, _stated(r, report.intervals.get((gpu, r.recipe)))))
     return found
 
 
-def _chosen_table(
-    chosen: list[tuple[Residual, tuple[float, float] | None]], candidate_column: str
-) -> list[str]:
+def _chosen_table(chosen: list[Stated], candidate_column: str) -> list[str]:
     """One row per held-out source: the candidate that predicted it, median and worst relative error, how
     often "speedup > 1" is right, the figures inside the stated interval."""
     lines = [
@@ -238,7 +331,7 @@ def _coverage_line(report: EvidenceReport) -> str:
     sentences = []
     for pairs, whose in (
         (shipped_defaults(report), "the shipped default's interval"),
-        (held_out_defaults(report), "the interval chosen without their source"),
+        (list(report.held_out), "the interval chosen without their source"),
     ):
         parts = []
         for level, words in (("linear", "Linear figures"), ("step", "whole-step figures")):
@@ -255,7 +348,9 @@ __all__ = [
     "METHOD",
     "EvidenceReport",
     "evidence_report",
-    "held_out_defaults",
+    "choose",
+    "family_of",
+    "measured_tables",
     "shipped_defaults",
     "markdown_tables",
 ]

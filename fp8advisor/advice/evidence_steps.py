@@ -11,7 +11,7 @@ constant, its in-step efficiency, divides every compute term alike, so no speedu
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from fp8advisor.advice.published import Anchor, PublishedResult, predict_anchor
 from fp8advisor.advice.step import Calibration, Checkpointing, StepConfig
@@ -34,6 +34,8 @@ def _unmodelled_reason(source: EvidenceSource) -> str | None:
         return f"{', '.join(beyond)}: the step model runs data parallelism (FSDP) only"
     if not all(setup.get(key) for key in ("gpus", "batch", "seq")):
         return "the set-up does not state gpus, batch and seq"
+    if not any(derived_step_speedup(point, source.points) for point in source.points):
+        return "no float8 speedup to compare (no bf16 figure beside its float8 throughput)"
     return None
 
 
@@ -81,15 +83,20 @@ def anchors_from_evidence(sources: Sequence[EvidenceSource]) -> tuple[list[Ancho
 
 
 def step_residuals(
-    anchors: Sequence[Anchor], layers_by_anchor: Mapping[str, object], calibration: Calibration
+    anchors: Sequence[Anchor],
+    layers_by_anchor: Mapping[str, object],
+    calibration: Calibration,
+    profile_family: Callable[[str], str] = lambda gpu: gpu,
 ) -> StepResiduals:
     """The step model's residuals of every anchor's float8 results under a fitted candidate (see
-    `fp8advisor.predict.loso.leave_one_source_out`)."""
+    `fp8advisor.predict.loso.leave_one_source_out`): the Linear layers priced by the candidate's profile of
+    `profile_family(anchor's GPU)` (the profile `suggest` would use there), the step on the anchor's own GPU;
+    each result's prediction at the ends of the interval ratios given (none given: none computed)."""
 
     def residuals(fitted: Fitted, candidate: str, intervals) -> list[Residual]:
         found = []
         for anchor in anchors:
-            profile = candidate_profile(fitted, candidate, anchor.gpu)
+            profile = candidate_profile(fitted, candidate, profile_family(anchor.gpu))
             choice = ProfileChoice(primary=profile, fallback=None, reason=f"candidate {candidate}")
             layers = layers_by_anchor[anchor.id]
             prediction = predict_anchor(anchor, calibration, layers, choice=choice)

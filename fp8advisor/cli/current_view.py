@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fp8advisor.cli.application import console, err_console
+from fp8advisor.cli.marks import seconds_text
 from fp8advisor.inspect import folding
 
 #: The most folded name patterns a list shows before "... (N more)".
@@ -28,7 +29,8 @@ def folded_names(fqns: Sequence[str], limit: int = MAX_PATTERNS) -> str:
     return folding.folded_names(fqns, limit)
 
 
-def _seconds(value: float) -> str:
+def _milliseconds(value: float) -> str:
+    """A step time in ms to four digits, so that the change line's two steps compare at a glance."""
     return f"{value * 1e3:,.4g} ms"
 
 
@@ -40,9 +42,9 @@ def change_line(current_step) -> str | None:
         return None
     step_from, step_to = current_step.step.step_s, current_step.advice.step_s
     if gain == 0 and not current_step.only_in_advice and not current_step.only_in_current:
-        return f"your config trains the advice's layers: step {_seconds(step_from)}, nothing to change"
+        return f"your config trains the advice's layers: step {_milliseconds(step_from)}, nothing to change"
     return (
-        f"changing your config to the advice: step {_seconds(step_from)} -> {_seconds(step_to)}, "
+        f"changing your config to the advice: step {_milliseconds(step_from)} -> {_milliseconds(step_to)}, "
         f"{gain:+.1%} tokens/s"
     )
 
@@ -69,7 +71,7 @@ def _figures(current_step) -> str:
         return f"step {current_step.why_not}"
     span = current_step.interval
     return (
-        f"step {_seconds(step.step_s)}, {step.tokens_per_s:,.0f} tokens/s/GPU, "
+        f"step {seconds_text(step.step_s)}, {step.tokens_per_s:,.0f} tokens/s/GPU, "
         f"{current_step.speedup:.3f}x over bf16" + ("" if span is None else f" ({span[0]:.2f}-{span[1]:.2f})")
     )
 
@@ -144,7 +146,7 @@ def _table(current_step) -> Table:
         table.add_row(
             prediction.label,
             str(prediction.converted),
-            _seconds(prediction.step_s),
+            seconds_text(prediction.step_s),
             f"{prediction.tokens_per_s:,.0f}",
             speedup,
         )

@@ -10,11 +10,7 @@ from rich.text import Text
 
 from fp8advisor.advice.records import Advice
 from fp8advisor.cli.application import console
-from fp8advisor.cli.suggest_view import _marked, _print_legend
-
-
-def _seconds(value: float) -> str:
-    return f"{value * 1e3:.1f} ms" if value < 1 else f"{value:.3f} s"
+from fp8advisor.cli.marks import marked, print_legend, seconds_text
 
 
 def print_step(step, advice: Advice) -> None:
@@ -29,7 +25,7 @@ def print_step(step, advice: Advice) -> None:
         return
     _print_step_title(step)
     console.print(_step_table(step))
-    _print_legend(prediction.speedup_provenance for prediction in step.predictions)
+    print_legend(prediction.speedup_provenance for prediction in step.predictions)
     if step.intervals:
         console.print(
             Text(
@@ -77,9 +73,9 @@ def _step_table(step) -> Table:
         cells = [
             prediction.label,
             str(prediction.converted),
-            _seconds(prediction.step_s),
+            seconds_text(prediction.step_s),
             f"{prediction.tokens_per_s:,.0f}",
-            speedup if bf16 else _marked(speedup, prediction.speedup_provenance),
+            speedup if bf16 else marked(speedup, prediction.speedup_provenance),
         ]
         if step.intervals:
             span = step.intervals.get(prediction.name)
@@ -95,7 +91,7 @@ def _stake_line(stake) -> str:
     change = stake.with_bf16_s / stake.with_float8_s - 1
     return (
         f"uncertain: {len(stake.layers)} layer(s) ({folded_names(stake.layers)}): the step takes "
-        f"{_seconds(stake.with_float8_s)} with them in float8, {_seconds(stake.with_bf16_s)} in bf16 "
+        f"{seconds_text(stake.with_float8_s)} with them in float8, {seconds_text(stake.with_bf16_s)} in bf16 "
         f"({change:+.1%}); `fp8advisor bench` on your GPU, or `bench --model` for the block in context, "
         "settles it"
     )
@@ -114,9 +110,9 @@ def _terms_table(step) -> Table:
             continue
         terms.add_row(
             base.name.replace("_", " "),
-            _seconds(base.seconds),
+            seconds_text(base.seconds),
             f"{base.seconds / step.baseline.step_s:.0%}",
-            _seconds(mine.seconds),
+            seconds_text(mine.seconds),
             f"{mine.seconds / advice_step.step_s:.0%}",
             mine.provenance if mine.seconds else base.provenance,
         )

@@ -1,15 +1,15 @@
 """What `fp8advisor suggest` shows on the terminal: the report (layers, routed experts, strategies, recipes
-considered, the filter list), the in-context blocks, the predicted training step, and the one-line brief
-when the config goes to stdout.
+considered, the filter list), the in-context blocks, and the one-line brief when the config goes to stdout.
 
 A speedup resting on modelled (roofline) or emulated figures carries MODELLED_MARK and a legend under its
-table; a decision's reason, when the row does not say it all, is a numbered footnote under the table.
+table (`fp8advisor.cli.marks`); a decision's reason, when the row does not say it all, is a numbered footnote
+under the table.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -20,16 +20,8 @@ from rich.text import Text
 from fp8advisor.advice.linears import group_layers
 from fp8advisor.advice.records import Advice
 from fp8advisor.cli.application import console, err_console
+from fp8advisor.cli.marks import LEGEND, MODELLED_MARK, marked, print_legend, speedup_text
 from fp8advisor.frameworks.formats import FILTER_FQNS_MEANING
-
-
-def _speedup(value: float | None, interval: tuple[float, float] | None = None, digits: int = 2) -> str:
-    """'1.14x', and its interval when it has one: '1.14x (1.02-1.30)'."""
-    if value is None:
-        return "-"
-    text = f"{value:.{digits}f}x"
-    return text if interval is None else f"{text} ({interval[0]:.{digits}f}-{interval[1]:.{digits}f})"
-
 
 #: Marks a decision whose speedup interval holds the threshold.
 UNCERTAIN_MARK = "?"
@@ -56,40 +48,13 @@ def _footnoted_reason(reason: str) -> str:
     return reason
 
 
-#: Marks a speedup resting on modelled (roofline) or emulated figures, not on measured or published ones.
-MODELLED_MARK = "~"
-
-
-_LEGEND = (
-    f"{MODELLED_MARK} modelled (roofline formula), not measured or published: measure with fp8advisor bench"
-)
-
-
-def _modelled(provenance: str | None) -> bool:
-    """Figures neither measured nor published (the roofline model, or emulated): the ones to set apart."""
-    return provenance is not None and provenance not in ("measured", "published", "evidence")
-
-
-def _marked(text: str, provenance: str | None) -> str:
-    """`text` with MODELLED_MARK when the figures it rests on are `_modelled`."""
-    return text + MODELLED_MARK if _modelled(provenance) else text
-
-
-def _print_legend(provenances: Iterable[str | None]) -> bool:
-    """The mark's legend, under a table whose figures (of these provenances) carry it; whether printed."""
-    if any(_modelled(provenance) for provenance in provenances):
-        console.print(Text(_LEGEND, style="dim"))
-        return True
-    return False
-
-
 def print_brief(advice: Advice, what_the_file_does: str, fp8_off: bool) -> None:
     """The terminal's part when the config goes to stdout: the advice in one line, and what the file does
     (the line of its header: for megatron, its own module count, not the substring simulation)."""
     err_console.print(
         f"{advice.recipe.value} with profile {advice.profile_name}: "
         f"{len(advice.convert_fqns)} layers advised for float8, "
-        f"predicted Linear-time speedup {_speedup(advice.strategy('advice').predicted_speedup)}"
+        f"predicted Linear-time speedup {speedup_text(advice.strategy('advice').predicted_speedup)}"
         + _experts_brief(advice)
         + f"; the file: {what_the_file_does}",
         soft_wrap=True,
@@ -161,7 +126,7 @@ def _print_layers(advice: Advice) -> None:
     footnotes: list[str] = []
     console.print(_layer_table(advice, footnotes))
     _print_footnotes(footnotes)
-    _print_legend(layer.provenance for layer in advice.layers)
+    print_legend(layer.provenance for layer in advice.layers)
     if any(layer.speedup_interval for layer in advice.layers):
         console.print(Text(_INTERVAL_LEGEND, style="dim"))
     if any(layer.uncertain for layer in advice.layers):
@@ -204,7 +169,7 @@ def _layer_table(advice: Advice, footnotes: list[str]) -> Table:
     table.add_column("decision", no_wrap=True)  # "bf16 [1]": reasons are footnotes, names keep the width
     for group in groups:
         layer = group.first
-        speedup = _marked(_speedup(layer.predicted_speedup, layer.speedup_interval), layer.provenance)
+        speedup = marked(speedup_text(layer.predicted_speedup, layer.speedup_interval), layer.provenance)
         if layer.how == "extrapolated":
             speedup += "*"
         decision = _decision(layer.convert, layer.reason, footnotes)
@@ -233,14 +198,16 @@ def _print_strategies(advice: Advice) -> None:
     summary.add_column("speedup", justify="right")
     summary.add_column("note")
     for strategy in advice.strategies:
-        speedup = _marked(_speedup(strategy.predicted_speedup), advice.figures_provenance(strategy.converted))
+        speedup = marked(
+            speedup_text(strategy.predicted_speedup), advice.figures_provenance(strategy.converted)
+        )
         summary.add_row(strategy.label, str(len(strategy.converted)), speedup, strategy.note)
     console.print(summary)
-    legend = _print_legend(advice.figures_provenance(strategy.converted) for strategy in advice.strategies)
+    legend = print_legend(advice.figures_provenance(strategy.converted) for strategy in advice.strategies)
     if grouped:
         console.print(_experts_share_line(advice), markup=False, highlight=False)
         if not legend:  # its figures rest on the grouped roofline's bf16 time: marked modelled
-            console.print(Text(_LEGEND, style="dim"))
+            console.print(Text(LEGEND, style="dim"))
 
 
 def _print_recipe_options(advice: Advice) -> None:
@@ -263,17 +230,17 @@ def _print_recipe_options(advice: Advice) -> None:
         step = (
             []
             if not by_step
-            else [_marked(_speedup(option.predicted_step_speedup, digits=3), option.provenance)]
+            else [marked(speedup_text(option.predicted_step_speedup, digits=3), option.provenance)]
         )
         options.add_row(
             option.recipe.value,
             option.provenance,
             str(option.converted),
-            _marked(_speedup(option.predicted_speedup), option.provenance),
+            marked(speedup_text(option.predicted_speedup), option.provenance),
             *step,
         )
     console.print(options)
-    _print_legend(option.provenance for option in advice.recipe_options)
+    print_legend(option.provenance for option in advice.recipe_options)
 
 
 def _print_filter_list(advice: Advice, fp8_off: bool) -> None:
@@ -373,7 +340,7 @@ def _print_expert_legends(ep: int, rows: list) -> None:
             )
         )
     if any(row.modelled and row.form != "grouped" for row in rows):
-        console.print(Text(_LEGEND + " (expert Linears)", style="dim"))
+        console.print(Text(LEGEND + " (expert Linears)", style="dim"))
 
 
 def _imbalance_words(advice: Advice) -> str:
@@ -511,4 +478,4 @@ def expert_rows(experts: Sequence) -> list[ExpertRow]:
     return rows
 
 
-__all__ = ["MODELLED_MARK", "print_brief", "print_in_context", "print_report"]
+__all__ = ["print_brief", "print_in_context", "print_report"]

@@ -7,8 +7,9 @@ GPU, with which software and how they were timed. This module reads and checks t
 
 - `LinearFigure`: one Linear speedup (a bare Linear or torchao's LayerNorm -> Linear -> Sigmoid), bf16 time /
   float8 time when the source gives times, else its printed speedup;
-- `StepFigure`: one whole-step speedup, from the float8 and bf16 throughputs of the same set-up when the
-  source gives both, else its printed speedup (or percentage).
+- `derived_step_speedup`: one whole-step speedup, from the float8 and bf16 throughputs of the same set-up
+  when the source gives both, else its printed speedup (or percentage); `fp8advisor.advice.evidence_steps`
+  runs the step sources through the step model.
 
 The shipped measured profiles (`data/profiles`, provenance `measured`: this project's own GPU runs) are
 sources too (`measured_sources`): their points are speedups of kernel times already paired by `fit`.
@@ -89,20 +90,6 @@ class LinearFigure:
     ln_sigmoid: bool
     label: str = ""
     bf16_s: float | None = None  # the bf16 time, where the source gives it
-
-
-@dataclass(frozen=True)
-class StepFigure:
-    """A whole training step's float8 speedup from one source, with the set-up it was run in."""
-
-    source: str
-    gpu: str
-    recipe: Recipe
-    speedup: float
-    float8_all_gather: bool
-    setup: Mapping[str, Any] = field(hash=False)
-    tokens_per_s_per_gpu: float | None = None
-    bf16_tokens_per_s_per_gpu: float | None = None
 
 
 def _problem(path: Path, text: str) -> ProfileError:
@@ -293,33 +280,6 @@ def derived_step_speedup(point: Mapping[str, Any], points: Sequence[Mapping[str,
     return None
 
 
-def step_figures(sources: Iterable[EvidenceSource]) -> list[StepFigure]:
-    """Every whole-step float8 speedup of the recipes fp8advisor predicts (`derived_step_speedup`)."""
-    figures = []
-    for source in sources:
-        if source.kind != "step":
-            continue
-        bf16 = next((p.get("tokens_per_s_per_gpu") for p in source.points if p.get("recipe") is None), None)
-        for point in source.points:
-            speedup = derived_step_speedup(point, source.points)
-            if speedup is None or point["recipe"] not in _KNOWN_RECIPES:
-                continue
-            tokens = point.get("tokens_per_s_per_gpu")
-            figures.append(
-                StepFigure(
-                    source=source.id,
-                    gpu=source.gpu,
-                    recipe=Recipe(point["recipe"]),
-                    speedup=speedup,
-                    float8_all_gather=bool(point.get("float8_all_gather", False)),
-                    setup=dict(source.setup or {}),
-                    tokens_per_s_per_gpu=float(tokens) if tokens else None,
-                    bf16_tokens_per_s_per_gpu=float(bf16) if bf16 else None,
-                )
-            )
-    return figures
-
-
 #: The measured figures of a point (what the excerpt must print); shapes and set-ups may be stated in words.
 FIGURE_KEYS = (
     "bf16_us",
@@ -361,10 +321,6 @@ def numbers_missing_from_excerpt(source: EvidenceSource) -> list[str]:
     return missing
 
 
-def sources_by_id(sources: Sequence[EvidenceSource]) -> dict[str, EvidenceSource]:
-    return {source.id: source for source in sources}
-
-
 __all__ = [
     "EVIDENCE_DIR",
     "FIGURE_KEYS",
@@ -373,13 +329,10 @@ __all__ = [
     "SCHEMA",
     "EvidenceSource",
     "LinearFigure",
-    "StepFigure",
     "derived_speedup",
     "derived_step_speedup",
     "linear_figures",
     "load_evidence",
     "measured_sources",
     "numbers_missing_from_excerpt",
-    "sources_by_id",
-    "step_figures",
 ]

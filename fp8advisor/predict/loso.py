@@ -72,7 +72,7 @@ class Fitted:
 
 def fit_candidates(figures: Sequence[LinearFigure]) -> Fitted:
     """Fit every candidate to `figures`: each GPU's and recipe's table is the LNLinearSigmoid source with the
-    most figures of it (at least `MIN_TABLE_POINTS`; the newest on a tie); the factors are fitted per recipe
+    most figures of it (at least `MIN_TABLE_POINTS`; the last id on a tie); the factors are fitted per recipe
     (`fitted.fit_factors`)."""
     by_source: dict[tuple[str, Recipe, str], list[LinearFigure]] = defaultdict(list)
     for figure in figures:
@@ -106,20 +106,20 @@ def _table_for(fitted: Fitted, gpu: str, recipe: Recipe) -> tuple[SpeedupPoint, 
 
 def recipe_body(fitted: Fitted, candidate: str, gpu: str, recipe: Recipe) -> RecipeProfile:
     """How `candidate` predicts `recipe` on `gpu`: a profile's recipe section (points and/or model)."""
-    # torchao's roofline is the fitted roofline with factors (1, 1, 0)
-    factors = fitted.factors.get(recipe) or RooflineFactors()
-    if candidate == BLEND_ROOFLINE:
-        factors = RooflineFactors()
+    if candidate not in CANDIDATES:
+        raise ValueError(f"unknown candidate {candidate!r}; the candidates are {', '.join(CANDIDATES)}")
     table = _table_for(fitted, gpu, recipe)
-    if candidate == TABLE and table:
-        return RecipeProfile(points=table, model=dict(INTERPOLATION_MODEL))
-    if candidate in (ROOFLINE, TABLE, BLEND_ROOFLINE) and not table or candidate == ROOFLINE:
+    if candidate == ROOFLINE or (candidate in (TABLE, BLEND_ROOFLINE) and not table):
         return RecipeProfile(points=(), model={"kind": "roofline", "fused": True})
-    if candidate in (BLEND_FITTED, BLEND_ROOFLINE):
-        return RecipeProfile(points=table, model={**factors.to_model(), "kind": BLEND_KIND, "fused": True})
-    if candidate == FITTED_ROOFLINE or candidate == BLEND_FITTED:
-        return RecipeProfile(points=(), model={**factors.to_model(), "fused": True})
-    raise ValueError(f"unknown candidate {candidate!r}; the candidates are {', '.join(CANDIDATES)}")
+    if candidate == TABLE:
+        return RecipeProfile(points=table, model=dict(INTERPOLATION_MODEL))
+    # the fitted roofline; with factors (1, 1, 0) it is torchao's roofline, which blend-roofline blends
+    fitted_factors = fitted.factors.get(recipe) or RooflineFactors()
+    factors = RooflineFactors() if candidate == BLEND_ROOFLINE else fitted_factors
+    model = {**factors.to_model(), "fused": True}
+    if table and candidate in (BLEND_FITTED, BLEND_ROOFLINE):
+        return RecipeProfile(points=table, model={**model, "kind": BLEND_KIND})
+    return RecipeProfile(points=(), model=model)  # fitted-roofline, or blend-fitted without a table
 
 
 def candidate_profile(
@@ -302,28 +302,6 @@ def interval_ratios(
     return min(low, 1.0), max(high, 1.0), len(chosen)
 
 
-def coverage(
-    residuals: Sequence[Residual], intervals: Mapping[tuple[str, Recipe], tuple[float, float]]
-) -> tuple[int, int]:
-    """(inside, counted): how many residuals' published values lie inside the stated interval: a step
-    figure's own (`Residual.interval`), a Linear figure's its candidate's ratios (`intervals`: (candidate,
-    recipe) -> (low, high)); those without an interval are not counted."""
-    inside = counted = 0
-    for r in residuals:
-        if r.level == "step":
-            if r.interval is None:
-                continue
-            counted += 1
-            inside += min(r.interval) <= r.published <= max(r.interval)
-            continue
-        stated = intervals.get((r.candidate, r.recipe))
-        if stated is None:
-            continue
-        counted += 1
-        inside += stated[0] <= r.ratio <= stated[1]
-    return inside, counted
-
-
 __all__ = [
     "BLEND_FITTED",
     "BLEND_ROOFLINE",
@@ -339,7 +317,6 @@ __all__ = [
     "Residual",
     "StepResiduals",
     "candidate_profile",
-    "coverage",
     "fit_candidates",
     "interval_ratios",
     "leave_one_source_out",

@@ -356,6 +356,7 @@ def predict_current(
             f"your config is predicted with its own recipe, {current.recipe.value}; the advice with "
             f"{advice.recipe.value}"
         )
+
     def step_with(times) -> Any:
         return predict_step(
             CURRENT,
