@@ -35,7 +35,7 @@ from fp8advisor.errors import AdvisorError, quote
 
 DEFAULT_BATCH = 1
 DEFAULT_SEQ = 8192
-#: `--recipe auto`: of the recipes with the strongest figures, the one with the lowest predicted Linear time.
+#: `--recipe auto`: of the recipes with the strongest figures, the highest predicted step speedup.
 AUTO = "auto"
 
 #: The default `min_speedup`: layers predicted to gain less than 1% stay in bf16. The published table is
@@ -43,8 +43,8 @@ AUTO = "auto"
 #: torchao's auto filter or "convert everything" converts a layer predicted between 1.00x and 1.01x, that
 #: strategy is predicted faster than the advice, by less than 1% of the layer's time (converting exactly the
 #: layers predicted above 1.00x would minimise the predicted Linear time). `suggest` prints the profile's
-#: held-out error (3.0% median, 13% worst on the published H100 table, leave-one-out over 216 points); a team
-#: that wants a wider margin against it raises `--min-speedup` (e.g. 1.05).
+#: held-out error and, with the shipped evidence profiles, each speedup's interval, marking the layers whose
+#: interval holds the threshold uncertain; a team wanting a wider margin raises `--min-speedup` (e.g. 1.05).
 DEFAULT_MIN_SPEEDUP = 1.01
 #: The largest `--min-speedup`: float8 GEMMs peak at twice bf16's, so no layer gets near it; a larger number
 #: is a typo (and would print as hundreds of digits in every reason).
