@@ -243,7 +243,7 @@ def _held_out_defaults(sources, figures, residuals, steps) -> list[Stated]:
     found: list[Stated] = []
     linear_sources = {figure.source for figure in figures}
     for source in sorted({r.source for r in residuals}):
-        kept = [s for s in sources if s.id != source]
+        measured = measured_tables([s for s in sources if s.id != source])
         if source in linear_sources:
             rest = [figure for figure in figures if figure.source != source]
             inner = leave_one_source_out(rest, CANDIDATES, steps_only if steps is not None else None)
@@ -251,7 +251,7 @@ def _held_out_defaults(sources, figures, residuals, steps) -> list[Stated]:
             inner = [r for r in residuals if r.source != source]
         own = [r for r in residuals if r.source == source]
         for gpu, recipe in sorted({(r.gpu, r.recipe) for r in own}, key=str):
-            candidate, _ = choose(inner, family_of(gpu), recipe, measured_tables(kept))
+            candidate, _ = choose(inner, family_of(gpu), recipe, measured)
             ratios = interval_ratios(inner, recipe, candidate)
             found += [
                 (r, _stated(r, ratios))

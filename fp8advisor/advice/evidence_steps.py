@@ -11,9 +11,10 @@ constant, its in-step efficiency, divides every compute term alike, so no speedu
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 
-from fp8advisor.advice.published import Anchor, PublishedResult, predict_anchor
+from fp8advisor.advice.published import Anchor, AnchorPrediction, PublishedResult, predict_anchor
 from fp8advisor.advice.step import Calibration, Checkpointing, StepConfig
 from fp8advisor.predict.evidence import EvidenceSource, derived_step_speedup
 from fp8advisor.predict.loso import Fitted, Residual, StepResiduals, candidate_profile
@@ -82,6 +83,14 @@ def anchors_from_evidence(sources: Sequence[EvidenceSource]) -> tuple[list[Ancho
     return anchors, skipped
 
 
+def _steps_at(
+    anchor: Anchor, calibration: Calibration, layers, choice
+) -> Callable[[float], AnchorPrediction]:
+    """`factor -> predict_anchor(...)` of one anchor and candidate: each Linear speedup factor (1, or an end
+    of an interval) predicted once for all the anchor's results."""
+    return functools.cache(lambda factor: predict_anchor(anchor, calibration, layers, choice, factor))
+
+
 def step_residuals(
     anchors: Sequence[Anchor],
     layers_by_anchor: Mapping[str, object],
@@ -99,24 +108,19 @@ def step_residuals(
             profile = candidate_profile(fitted, candidate, profile_family(anchor.gpu))
             choice = ProfileChoice(primary=profile, fallback=None, reason=f"candidate {candidate}")
             layers = layers_by_anchor[anchor.id]
-            prediction = predict_anchor(anchor, calibration, layers, choice=choice)
-            for result, _ in prediction.float8:
+            at = _steps_at(anchor, calibration, layers, choice)
+            for result, _ in at(1.0).float8:
                 if result.speedup is None:
                     continue
                 stated = intervals.get(result.recipe)
-                ends = None
-                if stated is not None:
-                    ends = tuple(
-                        predict_anchor(anchor, calibration, layers, choice, factor).speedup(result)
-                        for factor in stated[:2]
-                    )
+                ends = None if stated is None else tuple(at(factor).speedup(result) for factor in stated[:2])
                 found.append(
                     Residual(
                         anchor.id,
                         anchor.gpu,
                         result.recipe,
                         candidate,
-                        prediction.speedup(result),
+                        at(1.0).speedup(result),
                         result.speedup,
                         level="step",
                         label=result.recipe.value + (" + all-gather" if result.float8_all_gather else ""),

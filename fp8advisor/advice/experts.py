@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from fp8advisor.advice.linears import HOW_RANK, Predictor
+from fp8advisor.advice.linears import HOW_RANK, Predictor, decide_layers
 from fp8advisor.advice.records import ExpertAdvice, LayerAdvice
 from fp8advisor.inspect.records import ExpertForm, ExpertGemm, ExpertGroup, ModelLayers
 from fp8advisor.predict.figures import weakest_provenance
@@ -294,7 +294,37 @@ def decide_experts(
     return followed, experts
 
 
+def decide_recipe(
+    model_layers: ModelLayers,
+    recipe: Recipe,
+    min_speedup: float,
+    predictor: Predictor,
+    expert_predictor: ExpertPredictor | None,
+    *,
+    expert_imbalance: float = 1.0,
+    tensor_parallel: int = 1,
+    expert_parallel: int = 1,
+) -> tuple[list[LayerAdvice], tuple[ExpertAdvice, ...]]:
+    """Every Linear decided at its own shape (`linears.decide_layers`), then each group of routed experts as
+    one (`decide_experts`); without expert groups, the Linear decisions alone (no expert predictor needed)."""
+    decided = decide_layers(model_layers.layers, recipe, predictor, min_speedup, tensor_parallel)
+    if not model_layers.expert_groups:
+        return decided, ()
+    return decide_experts(
+        model_layers,
+        decided,
+        recipe,
+        min_speedup,
+        predictor,
+        expert_predictor,
+        expert_imbalance=expert_imbalance,
+        tensor_parallel=tensor_parallel,
+        expert_parallel=expert_parallel,
+    )
+
+
 __all__ = [
+    "decide_recipe",
     "ExpertPredictor",
     "check_expert_imbalance",
     "check_expert_parallel",

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from fp8advisor.advice.experts import ExpertPredictor, decide_experts
-from fp8advisor.advice.linears import Predictor, decide_layers
+from fp8advisor.advice.experts import ExpertPredictor, decide_recipe
+from fp8advisor.advice.linears import Predictor
 from fp8advisor.advice.records import RecipeOption
 from fp8advisor.inspect.records import ModelLayers
 from fp8advisor.predict.figures import PROVENANCE_RANK, weakest_provenance
@@ -46,19 +46,15 @@ def _option(
     step_speedup: StepSpeedup | None,
 ) -> RecipeOption | None:
     """`recipe` decided as the advice would decide it, with its predicted Linear time (and step speedup)."""
-    decided = decide_layers(model_layers.layers, recipe, predictor, min_speedup, tensor_parallel)
-    groups: tuple = ()
-    if model_layers.expert_groups:  # expert Linears convert as their group, routers never
-        decided, groups = decide_experts(
-            model_layers,
-            decided,
-            recipe,
-            min_speedup,
-            predictor,
-            expert_predictor,
-            tensor_parallel=tensor_parallel,
-            expert_parallel=expert_parallel,
-        )
+    decided, groups = decide_recipe(  # expert Linears convert as their group, routers never
+        model_layers,
+        recipe,
+        min_speedup,
+        predictor,
+        expert_predictor,
+        tensor_parallel=tensor_parallel,
+        expert_parallel=expert_parallel,
+    )
     timed = [layer for layer in decided if layer.counts_in_linear_time]
     if not timed:
         return None

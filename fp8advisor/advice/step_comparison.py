@@ -27,8 +27,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from fp8advisor.advice.experts import decide_experts, default_expert_predictor
-from fp8advisor.advice.linears import decide_layers, default_predictor
+from fp8advisor.advice.experts import decide_recipe, default_expert_predictor
+from fp8advisor.advice.linears import default_predictor
 from fp8advisor.advice.step import Calibration, StepConfig, StepGpu, StepPrediction, predict_step
 from fp8advisor.inspect.records import ExpertForm
 from fp8advisor.inspect.rows import at_rows
@@ -393,21 +393,15 @@ def _advice_speedup_at(
 
     def speedup_at(tokens: int) -> float:
         scaled = scale_layers(model_layers, tokens)
-        decided = decide_layers(
-            scaled.layers, advice.recipe, layer_predictor, advice.min_speedup, advice.tensor_parallel
+        decided, groups = decide_recipe(
+            scaled,
+            advice.recipe,
+            advice.min_speedup,
+            layer_predictor,
+            expert_predictor,
+            tensor_parallel=advice.tensor_parallel,
+            expert_parallel=getattr(advice, "expert_parallel", 1),
         )
-        groups: tuple = ()
-        if expert_predictor is not None:
-            decided, groups = decide_experts(
-                scaled,
-                decided,
-                advice.recipe,
-                advice.min_speedup,
-                layer_predictor,
-                expert_predictor,
-                tensor_parallel=advice.tensor_parallel,
-                expert_parallel=getattr(advice, "expert_parallel", 1),
-            )
         scale = tokens / model_layers.tokens
         return _decided_speedup(
             scaled, decided, groups, gpu=gpu, config=config, calibration=calibration, token_scale=scale

@@ -25,7 +25,7 @@ Which layers it trains in float8 (`current_conversion`), found as `verify` finds
 The step (`predict_current`): `fp8advisor.advice.step.predict_step` with the step configuration, GPU and
 calibration of the advice's step (`fp8advisor.advice.step_comparison.step_report`), and the Linear and expert
 times of the config's own recipe: the advice's layers when the recipe is the advice's, else the layers decided
-again for the config's recipe with the same predictors (`decide_layers`, `decide_experts`). FSDP's float8
+again for the config's recipe with the same predictors (`advice.experts.decide_recipe`). FSDP's float8
 all-gather is the file's where it says (tensorwise only: torchao refuses it with the rowwise recipes), else
 the step's. Speedups are over the step report's bf16 step: bf16 times do not depend on the recipe, so a config
 with nothing in float8 predicts exactly the bf16 step, and the advice's and the config's speedups compare
@@ -389,19 +389,14 @@ def predict_current(
 def _layers_for(recipe: Recipe, advice, model_layers, profile_choice, predictor: Callable | None):
     """The Linear and expert decisions (their times) for `recipe`, with the advice's predictors and
     settings."""
-    from fp8advisor.advice.experts import decide_experts, default_expert_predictor
-    from fp8advisor.advice.linears import decide_layers, default_predictor
+    from fp8advisor.advice.experts import decide_recipe, default_expert_predictor
+    from fp8advisor.advice.linears import default_predictor
 
-    predictor = predictor or default_predictor(profile_choice)
-    decided = decide_layers(
-        model_layers.layers, recipe, predictor, advice.min_speedup, advice.tensor_parallel
-    )
-    decided, experts = decide_experts(
+    decided, experts = decide_recipe(
         model_layers,
-        decided,
         recipe,
         advice.min_speedup,
-        predictor,
+        predictor or default_predictor(profile_choice),
         default_expert_predictor(profile_choice),
         expert_imbalance=advice.expert_imbalance,
         tensor_parallel=advice.tensor_parallel,
