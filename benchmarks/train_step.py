@@ -727,6 +727,7 @@ def markdown(report: dict) -> str:
             f"| {r['tokens_per_step']} | {r['recipe'] or '-'} | {r['variant']} "
             f"| {_fmt(r.get('converted'), 'd')}/{_fmt(r.get('linear_layers'), 'd')} | {times} "
             f"| {_fmt(r.get('tokens_per_s'), ',.0f')} | {_fmt(peak, '.1f')} "
+            f"| {_fmt(None if r.get('predicted_step_s') is None else r['predicted_step_s'] * 1e3, '.1f')} "
             f"| {_fmt(r.get('measured_step_speedup'), '.3f', suffix='x')} "
             f"| {_fmt(r.get('predicted_linear_speedup'), '.3f', suffix='x')} "
             f"| {_fmt(r.get('predicted_step_speedup'), '.3f', suffix='x')} |"

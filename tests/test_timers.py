@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
+import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -23,6 +26,7 @@ from fp8advisor.measure.timers import (  # noqa: E402
     ProfileSummary,
     summarize_profile,
 )
+from fp8advisor.paths import DATA_DIR  # noqa: E402
 
 # --- the profiler filter (torchao 0.18's) and what it drops -------------------------------------------------
 
@@ -33,15 +37,14 @@ ROWS = [
     ProfilerRow("aten::fill_", 3.0, 2.0),  # kept likewise
     ProfilerRow("aten::add_", 3.0, 50.0),  # gradient accumulation: dropped, recorded
     ProfilerRow("aten::sum", 3.0, 7.0),  # dropped, recorded
-    ProfilerRow("cudaDeviceSynchronize", 3.0, 7.0),  # dropped, recorded
+    ProfilerRow("cudaDeviceSynchronize", 3.0, 7.0),  # a runtime-API row: another op's time, recorded apart
     ProfilerRow("Activity Buffer Request", 3.0, 11.0),  # the profiler's own row: dropped, recorded
     ProfilerRow("Unrecognized", 3.0, 13.0),  # dropped as torchao does; a GEMM could hide here: recorded
     ProfilerRow("CompiledFunction", 40.0, 0.0),  # no GPU time of its own: not a kernel
     ProfilerRow("void cutlass_gemm<...>", 0.0, 300.0),  # the kernel row itself: counted via aten::mm
 ]
 KEPT_US = 300 + 100 + 7 + 2
-DROPPED_US = {"aten::add_": 50, "aten::sum": 7, "cudaDeviceSynchronize": 7, "Activity Buffer Request": 11}
-DROPPED_US["Unrecognized"] = 13
+DROPPED_US = {"aten::add_": 50, "aten::sum": 7, "Activity Buffer Request": 11, "Unrecognized": 13}
 
 
 def records(work: int, pads: int, work_us: float) -> list[DeviceRecord]:
@@ -55,6 +58,7 @@ def test_kernel_time_keeps_what_torchao_keeps_and_records_what_it_drops():
     summary = summarize_profile(ROWS, records(40, 20, total_us), iterations=5, pads_launched=20)
     assert summary.kernel_time_s == pytest.approx(KEPT_US * 1e-6 / 5)
     assert summary.dropped_s == pytest.approx({key: value * 1e-6 / 5 for key, value in DROPPED_US.items()})
+    assert summary.collided_s == pytest.approx({"cudaDeviceSynchronize": 7e-6 / 5})
     assert summary.unattributed_s == pytest.approx(0.0, abs=1e-12)
     assert summary.suspect is None
     assert (summary.device_records, summary.pads_recorded) == (40, 20)
@@ -97,11 +101,77 @@ def test_the_padding_and_its_annotation_count_nowhere():
 
 
 def test_rows_holding_more_time_than_the_kernels_took_are_suspect():
-    # e.g. a runtime-API row lent another kernel's time by a correlation-id collision: counted twice
-    rows = [*ROWS, ProfilerRow("cudaLaunchKernel", 2.0, 300.0)]
+    # an op row holding more device time than the records: some kernel counted twice, cause unknown
+    rows = [*ROWS, ProfilerRow("aten::mm", 2.0, 300.0)]
     total_us = KEPT_US + sum(DROPPED_US.values())
     summary = summarize_profile(rows, records(40, 20, total_us), iterations=5, pads_launched=20)
     assert "counted twice" in summary.suspect
+
+
+@pytest.mark.parametrize(
+    "key", ["cudaLaunchKernel", "cuLaunchKernelEx", "cudaDeviceSynchronize", "hipLaunchKernel"]
+)
+def test_a_runtime_api_row_lent_an_ops_kernels_is_left_out_and_recorded(key):
+    # torch's profiler looks kernels up by the CPU event's id; a runtime call outside any op has its CUPTI
+    # correlation id as its id, which can equal an op's: its row is lent that op's kernels (counted twice).
+    rows = [*ROWS, ProfilerRow(key, 2.0, 300.0)]
+    total_us = KEPT_US + sum(DROPPED_US.values())  # the kernels: the collided 300 us are aten::mm's
+    summary = summarize_profile(rows, records(40, 20, total_us), iterations=5, pads_launched=20)
+    assert summary.kernel_time_s == pytest.approx(KEPT_US * 1e-6 / 5)
+    assert summary.collided_s[key] == pytest.approx(
+        300e-6 / 5 + (7e-6 / 5 if key == "cudaDeviceSynchronize" else 0)
+    )
+    assert summary.suspect is None and summary.unattributed_s == pytest.approx(0.0, abs=1e-12)
+    assert timers.row_role(ProfilerRow(key, 2.0, 300.0)) == "collided"
+    assert timers.row_role(ProfilerRow("aten::cudnn_convolution", 2.0, 300.0)) == "kept"
+
+
+H200_ROWS = DATA_DIR / "results" / "h200-2026-11-26" / "rows"
+
+
+def _logged_rows(log: Path, recipe: str) -> list[ProfilerRow]:
+    """The rows `gpu_smoke.py --rows-at` logged for a recipe (self CPU us, self device us, count, key)."""
+    lines = log.read_text().splitlines()
+    start = lines.index(f"--- {recipe}: rows as bench counts them (self CPU us, self device us, count)") + 1
+    rows = []
+    for line in lines[start:]:
+        if line.startswith("---"):
+            break
+        fields = re.match(r"\s+(kept|dropped|not counted)\s+([\d.]+)\s+([\d.]+)\s+(\d+)  (.*)$", line)
+        rows.append(ProfilerRow(fields[5], float(fields[2]), float(fields[3]), int(fields[4])))
+    return rows
+
+
+def _traced_records(trace: Path) -> list[DeviceRecord]:
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    return [
+        DeviceRecord(event["name"], event["dur"])
+        for event in events
+        if event.get("cat") in ("kernel", "gpu_memset", "gpu_memcpy")
+    ]
+
+
+def test_the_h200_collision_no_longer_counts_three_gemms_twice():
+    # Real rows and records of one profiler session (H200, torch 2.11+cu130, 2026-11-26, bf16
+    # LN-Linear-Sigmoid at 8192x32768x32768, 5 iterations, 17 pads): two cudaLaunchKernel rows and a
+    # cudaDeviceSynchronize were lent three GEMMs (the trace shows their correlation ids equal to aten::mm
+    # ops' External ids).
+    rows = _logged_rows(H200_ROWS / "smoke.log", "bf16")
+    records = _traced_records(H200_ROWS / "trace-bf16-8192x32768x32768.json.gz")
+    summary = summarize_profile(rows, records, iterations=5, pads_launched=17)
+    assert summary.suspect is None
+    assert summary.kernel_time_s == pytest.approx(75.16e-3, rel=1e-3)  # was 84.58 ms, above its wall clock
+    assert summary.collided_s == pytest.approx(
+        {"cudaLaunchKernel": 9.4235e-3, "cudaDeviceSynchronize": 4.9840e-3}, rel=1e-3
+    )
+    assert summary.dropped_s == pytest.approx({"aten::add_": 1.8204e-3}, rel=1e-3)
+    assert abs(summary.unattributed_s) < 1e-5
+    # the float8 session of the same shape had no collision: nothing changes there
+    rows = _logged_rows(H200_ROWS / "smoke.log", "tensorwise")
+    records = _traced_records(H200_ROWS / "trace-tensorwise-8192x32768x32768.json.gz")
+    summary = summarize_profile(rows, records, iterations=5, pads_launched=18)
+    assert summary.suspect is None and summary.collided_s == {}
+    assert summary.kernel_time_s == pytest.approx(44.4995e-3, rel=1e-4)
 
 
 def test_each_profiler_session_is_padded_by_its_number_plus_a_margin(monkeypatch):

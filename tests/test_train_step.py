@@ -181,6 +181,23 @@ def test_markdown_labels_emulated_figures(train_step, emulated_run):
     assert text.count("| float8_advice |") == 2
 
 
+def test_markdown_rows_have_a_cell_per_column_on_a_real_h200_report(train_step):
+    # train_step.py's own report from an H200 (2026-11-26): each row as wide as the header, the step model's
+    # predicted step time under its column (it was missing, so every later figure sat one column left)
+    from fp8advisor.paths import DATA_DIR
+
+    path = DATA_DIR / "results" / "h200-2026-11-26" / "train-step" / "train-step-tensorwise.json"
+    table = [
+        line for line in train_step.markdown(json.loads(path.read_text())).splitlines() if line[:1] == "|"
+    ]
+    widths = {line.count("|") for line in table}
+    assert len(table) == 10 and widths == {12}
+    header = [cell.strip() for cell in table[0].strip("|").split("|")]
+    bf16 = [cell.strip() for cell in table[2].strip("|").split("|")]
+    assert bf16[header.index("predicted step ms")] == "722.4"
+    assert bf16[header.index("measured step speedup")] == "1.000x"
+
+
 def test_without_a_gpu_and_without_emulate_exits_2(train_step, monkeypatch, tmp_path, capsys):
     import torch
 

@@ -16,6 +16,14 @@ The checks:
 - **Nothing dropped unseen.** The profiler rows torchao's filter drops (gradient accumulation, syncs,
   "Unrecognized", ...) keep their device time in the record, and so does device time no CPU row accounts
   for, so that a GEMM hiding there shows.
+- **Nothing counted twice.** torch's profiler looks the kernels up for a CPU event by that event's id, and a
+  runtime-API call made outside any op (a `cudaLaunchKernel`, a `cudaDeviceSynchronize`) has as its id
+  its CUPTI correlation id, a counter apart from the ops' ids: where the two numbers meet, the call's row
+  is lent the kernels of the op with that id, which its own row holds too. Seen on an H200 (2026-11-26,
+  bf16 at 8192x32768x32768: two `cudaLaunchKernel` rows and a `cudaDeviceSynchronize` held three GEMMs,
+  14.4 ms per iteration counted twice). A runtime-API row holds no device time of its own (the profiler
+  ties a kernel to the op that launched it, never to the call), so its device time is left out of the
+  kernel time and recorded apart (`ProfileSummary.collided_s`). torchao's filter keeps such rows.
 - **Honest memory.** The peak is read over the profiled iterations only, not the compile or the SQNR check.
 - **Enough samples.** The wall-clock window is sized to hold at least `MIN_WALL_ITERATIONS` calls.
 """
@@ -25,9 +33,10 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from fp8advisor import compat, interrupts
@@ -35,7 +44,8 @@ from fp8advisor import compat, interrupts
 #: Keys of profiler rows that are not the module's work, as torchao 0.18's benchmarks/float8/utils.py drops
 #: them: the benchmark's own `sum` and gradient accumulation (`add_`), device syncs, the profiler's own rows.
 #: (torchao stopped dropping `aten::fill_` and `aten::copy_` in 2025: they are counted, as there.) Their time
-#: is not in the kernel time but is recorded per point (`ProfileSummary.dropped_s`).
+#: is not in the kernel time but is recorded per point (`ProfileSummary.dropped_s`). The syncs are runtime-API
+#: rows, so device time on them is recorded as a collision instead (`RUNTIME_API_ROW`).
 PROFILER_OVERHEAD_KEYS = frozenset(
     {
         "aten::sum",
@@ -46,6 +56,10 @@ PROFILER_OVERHEAD_KEYS = frozenset(
         "Unrecognized",
     }
 )
+#: The name of a CUDA or HIP runtime or driver API call (`cudaLaunchKernel`, `cuLaunchKernelEx`,
+#: `cudaDeviceSynchronize`, `hipLaunchKernel`): a profiler row of one holds device time only through a
+#: correlation-id collision (see the module docstring).
+RUNTIME_API_ROW = re.compile(r"(cuda|cu|hip)[A-Z]\w*")
 #: The annotation the padding kernels are launched under, so that their time belongs to a row of ours and
 #: to no other (left out of the kernel time and of the dropped rows alike).
 PAD_ANNOTATION = "fp8advisor::profiler_pad"
@@ -97,6 +111,7 @@ class ProfileSummary:
     dropped_s: dict[str, float]  # per iteration: device time of the rows torchao's filter drops, by key
     unattributed_s: float  # per iteration: device time of records that no CPU row accounts for
     suspect: str | None  # why the kernel time may be wrong, or None
+    collided_s: dict[str, float] = field(default_factory=dict)  # per iteration: runtime-API rows, by key
 
     def to_json(self) -> dict:
         return {
@@ -106,16 +121,20 @@ class ProfileSummary:
             "pads_recorded": self.pads_recorded,
             "dropped_s": dict(sorted(self.dropped_s.items())),
             "unattributed_s": self.unattributed_s,
+            "collided_s": dict(sorted(self.collided_s.items())),
             "suspect": self.suspect,
         }
 
 
 def row_role(row: ProfilerRow) -> str:
-    """How torchao's filter treats a row: "kept" (a top-level op that launched GPU work), "dropped" (the
-    benchmark's own overhead) or "not counted" (no GPU time of its own, or a kernel row, whose time its
-    launching op already holds)."""
+    """How a row counts: "kept" (a top-level op that launched GPU work), "dropped" (the benchmark's own
+    overhead), both as torchao's filter; "collided" (a runtime-API call lent an op's kernels by a
+    correlation-id collision, which torchao's filter keeps); or "not counted" (no GPU time of its own, or a
+    kernel row, whose time its launching op already holds)."""
     if not (row.self_cpu_us > _PROFILER_THRESHOLD_US and row.self_device_us > _PROFILER_THRESHOLD_US):
         return "not counted"
+    if RUNTIME_API_ROW.fullmatch(row.key):
+        return "collided"
     return "dropped" if row.key in PROFILER_OVERHEAD_KEYS or row.key == PAD_ANNOTATION else "kept"
 
 
@@ -130,13 +149,16 @@ def summarize_profile(
 
     Kept: top-level CPU ops that launched GPU work (self CPU time and self device time both > 0), minus the
     benchmark's own overhead (`PROFILER_OVERHEAD_KEYS`), as torchao 0.18's
-    `profiler_output_to_filtered_time_by_kernel_name`. Records of the padding kernels are counted apart.
+    `profiler_output_to_filtered_time_by_kernel_name`, and minus the runtime-API rows, whose device time is
+    another op's (`RUNTIME_API_ROW`). Records of the padding kernels are counted apart.
     """
-    kept_us, dropped_us = 0.0, {}
+    kept_us, dropped_us, collided_us = 0.0, {}, {}
     for row in rows:
         role = row_role(row)
         if role == "dropped":
             dropped_us[row.key] = dropped_us.get(row.key, 0.0) + row.self_device_us
+        elif role == "collided":
+            collided_us[row.key] = collided_us.get(row.key, 0.0) + row.self_device_us
         elif role == "kept":
             kept_us += row.self_device_us
     pads = work = 0
@@ -171,6 +193,7 @@ def summarize_profile(
         dropped_s={key: value * per_iteration for key, value in dropped_us.items()},
         unattributed_s=unattributed_us * per_iteration,
         suspect=suspect,
+        collided_s={key: value * per_iteration for key, value in collided_us.items()},
     )
 
 
@@ -226,8 +249,8 @@ def padded_profile(*, pad: bool = True) -> Iterator[ProfilerSession]:
     _profiler_sessions += 1
     pads = _profiler_sessions + PAD_MARGIN if pad else 0
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        # Under an annotation of ours: launched outside any op, each pad would leave a runtime-API row whose
-        # correlation id could be mistaken for an op's and lend it another kernel's time.
+        # Under an annotation of ours, so that the pads' time has a row that counts nowhere. (The annotation
+        # does not tie their cudaLaunchKernel calls to an op: those rows can still collide, see row_role.)
         with record_function(PAD_ANNOTATION):
             for _ in range(pads):
                 compat.cuda_sleep(PAD_CYCLES)
