@@ -1,24 +1,27 @@
 """Issue 32's third step set beside what fp8advisor predicted: the figures docs/benchmarks.md quotes.
 
-python benchmarks/measured_vs_predicted.py data/results/h200-2026-11-26 [--json]
+    python benchmarks/measured_vs_predicted.py data/results/h200-2026-11-26 [--json]
 
-From the committed files alone (no GPU), three sections: 1. **The training step** (`train-step/*.json`,
-written by `benchmarks/train_step.py`, with the profiler traces of `traces/<recipe>/`): per token count,
-recipe and variant, the measured step time and speedup beside the step model's (its report carries the
-prediction); the step model before its in-step efficiency divides it (`raw`: the sum of its terms for the GPU
-alone); and, from each variant's one-step trace, the device time by kind of kernel beside the step model's
-term for the same work (Linear GEMMs and float8 casts, attention, the optimizer, the rest), with the count of
-float8 GEMM ops against three per converted layer (forward, input gradient, weight gradient: proof that float8
-ran where it was set). 2. **The in-context block** (`model/run-*.jsonl`, `bench --model`): per block and
-recipe, bf16, every convertible layer, the advice, torchao's auto filter and the search's choice, with the
-layers each holds. 3. **The grouped GEMMs** (`grouped/run-*.jsonl`, `bench --grouped`, and the smoke test's
-one point): per shape measured in bf16 and rowwise, the kernel times and speedup beside the grouped
-roofline's.
+From the committed files alone (no GPU), three sections:
+1. **The training step** (`train-step/*.json`, written by `benchmarks/train_step.py`, with the profiler
+   traces of `traces/<recipe>/`): per token count, recipe and variant, the measured step time and speedup
+   beside the step model's (its report carries the prediction); the step model before its in-step
+   efficiency divides it (`raw`: the sum of its terms for the GPU alone); and, from each variant's one-step
+   trace, the device time by kind of kernel beside the step model's term for the same work (Linear GEMMs
+   and float8 casts, attention, the optimizer, the rest), with the count of float8 GEMM ops against three
+   per converted layer (forward, input gradient, weight gradient: proof that float8 ran where it was set).
+2. **The in-context block** (`model/run-*.jsonl`, `bench --model`): per block and recipe, bf16, every
+   convertible layer, the advice, torchao's auto filter and the search's choice, with the layers each holds.
+3. **The grouped GEMMs** (`grouped/run-*.jsonl`, `bench --grouped`, and the smoke test's one point): per
+   shape measured in bf16 and rowwise (suspect points left out), the kernel times and speedup beside the
+   grouped roofline's.
 
 A trace's kernels are sorted by the CPU op that launched them (the trace's `External id`): `aten::mm` is a
 bf16 GEMM, `aten::_scaled_mm` a float8 GEMM, cuDNN/flash attention ops attention, fused AdamW the
 optimizer, and inductor's Triton kernels that take an absolute maximum, clamp a conversion or feed
-`_scaled_mm` float8 casts (with whatever inductor fused into them: a norm, an activation, a residual add).
+`_scaled_mm` float8 casts, with whatever inductor fused into them (a norm, an activation, a residual add, a
+rotary embedding's or attention's backward): in float8 variants the Linear class therefore holds some work
+that bf16 variants count under "the rest" or attention.
 A first reading until `fp8advisor trace` (issue 29) reads traces properly.
 """
 
@@ -62,14 +65,14 @@ def kernel_class(op: str, kernel: str) -> str:
         return "float8 GEMM"
     if op in ("aten::mm", "aten::addmm", "aten::bmm"):
         return "bf16 GEMM"
+    amax = "abs" in kernel and "max" in kernel
+    saturating_cast = "clamp" in kernel and "_to_copy" in kernel  # x * scale, clamped, to float8
+    if op.startswith("triton") and (amax or saturating_cast or "_scaled_mm" in kernel):
+        return "float8 cast"  # before attention: a cast fused onto attention's backward names attention too
     if "attention" in op or "flash" in kernel:
         return "attention"
     if "adam" in op:
         return "optimizer"
-    amax = "abs" in kernel and "max" in kernel
-    saturating_cast = "clamp" in kernel and "_to_copy" in kernel  # x * scale, clamped, to float8
-    if op.startswith("triton") and (amax or saturating_cast or "_scaled_mm" in kernel):
-        return "float8 cast"
     return "other"
 
 
@@ -193,6 +196,7 @@ def in_context(folder: Path) -> list[dict]:
 
 def grouped(folders: list[Path], gpu: str) -> list[dict]:
     """Each grouped shape measured in bf16 and rowwise, beside the grouped roofline of `gpu`."""
+    from fp8advisor.measure.results import suspect_reason
     from fp8advisor.predict import roofline
 
     kernel_s: dict[tuple, dict[str, float]] = defaultdict(dict)
@@ -200,7 +204,7 @@ def grouped(folders: list[Path], gpu: str) -> list[dict]:
         for path in sorted(folder.glob("run-*.jsonl")):
             for line in path.read_text().splitlines():
                 record = json.loads(line)
-                if record.get("kind") == "run" or record.get("status") != "ok":
+                if record.get("kind") == "run" or record.get("status") != "ok" or suspect_reason(record):
                     continue
                 shape = (record["E"], record["M_per_expert"], record["K"], record["N"])
                 kernel_s[shape][record["recipe"]] = record["kernel_time_s"]
@@ -225,7 +229,7 @@ def grouped(folders: list[Path], gpu: str) -> list[dict]:
                 "roofline_rowwise_ms": round(modelled_float8 * 1e3, 3),
                 "measured_speedup": round(measured, 3),
                 "roofline_speedup": round(predicted, 3),
-                "rel_diff": round(relative(measured, predicted), 3),
+                "rel_diff": relative(measured, predicted),
             }
         )
     return rows

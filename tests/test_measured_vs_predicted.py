@@ -91,6 +91,10 @@ def test_kernel_classes(script):
     assert (
         script.kernel_class("triton_red_fused_abs_max_t_11", "triton_red_fused_abs_max_t_11") == "float8 cast"
     )
+    # a rowwise cast fused onto attention's backward output is a cast, not attention
+    fused = "triton_poi_fused__scaled_dot_product_cudnn_attention_backward__to_copy_clamp_exp2_floor_log2_mul"
+    assert script.kernel_class(fused, fused) == "float8 cast"
+    assert script.kernel_class("aten::_cudnn_attention_forward", "cudnn_sdpa_flash_fprop") == "attention"
     rope = "triton_poi_fused__to_copy_add_arange_cos_div_mul_neg_pow_rec"
     assert script.kernel_class(rope, rope) == "other"
 

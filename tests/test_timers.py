@@ -153,7 +153,7 @@ def _traced_records(trace: Path) -> list[DeviceRecord]:
 
 def test_the_h200_collision_no_longer_counts_three_gemms_twice():
     # Real rows and records of one profiler session (H200, torch 2.11+cu130, 2026-11-26, bf16
-    # LN-Linear-Sigmoid at 8192x32768x32768, 5 iterations, 17 pads): two cudaLaunchKernel rows and a
+    # LN-Linear-Sigmoid at 8192x32768x32768, 5 iterations, 17 pads): two pads' cudaLaunchKernel calls and a
     # cudaDeviceSynchronize were lent three GEMMs (the trace shows their correlation ids equal to aten::mm
     # ops' External ids).
     rows = _logged_rows(H200_ROWS / "smoke.log", "bf16")

@@ -13,9 +13,10 @@ on the timers of `fp8advisor.measure.timers`):
    bf16 module;
 3. 2 warm-up calls, then the memory window opens (everything of steps 1-2 freed, peak statistics reset);
 4. GPU kernel time with `torch.profiler`: 5 profiled calls in one padded session, the self GPU time of the
-   CPU ops that launched kernels summed, the benchmark's own overhead dropped exactly as torchao 0.18's
-   `profiler_output_to_filtered_time_by_kernel_name` (the dropped rows' time is recorded, and the session
-   is checked for lost records);
+   CPU ops that launched kernels summed, the benchmark's own overhead dropped as torchao 0.18's
+   `profiler_output_to_filtered_time_by_kernel_name` does (the dropped rows' time is recorded, and the session
+   is checked for lost records), and runtime-API rows left out (a correlation-id collision lends them other
+   ops' kernels; `timers.RUNTIME_API_ROW`);
 5. peak GPU memory over those profiled calls (`torch.cuda.max_memory_allocated`), minus what the sweep held
    before the configuration was built;
 6. wall-clock per call with `triton.testing.do_bench` (L2 flush, CUDA events, median and 20th/80th

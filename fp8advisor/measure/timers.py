@@ -20,10 +20,11 @@ The checks:
   runtime-API call made outside any op (a `cudaLaunchKernel`, a `cudaDeviceSynchronize`) has as its id
   its CUPTI correlation id, a counter apart from the ops' ids: where the two numbers meet, the call's row
   is lent the kernels of the op with that id, which its own row holds too. Seen on an H200 (2026-11-26,
-  bf16 at 8192x32768x32768: two `cudaLaunchKernel` rows and a `cudaDeviceSynchronize` held three GEMMs,
-  14.4 ms per iteration counted twice). A runtime-API row holds no device time of its own (the profiler
-  ties a kernel to the op that launched it, never to the call), so its device time is left out of the
-  kernel time and recorded apart (`ProfileSummary.collided_s`). torchao's filter keeps such rows.
+  bf16 at 8192x32768x32768: two padding kernels' `cudaLaunchKernel` calls and a `cudaDeviceSynchronize`
+  were lent three GEMMs and two Triton kernels, 14.4 ms per iteration counted twice). A runtime-API row
+  holds no device time of its own (the profiler ties a kernel to the op that launched it, never to the
+  call), so its device time is left out of the kernel time and recorded apart
+  (`ProfileSummary.collided_s`). torchao's filter keeps such rows.
 - **Honest memory.** The peak is read over the profiled iterations only, not the compile or the SQNR check.
 - **Enough samples.** The wall-clock window is sized to hold at least `MIN_WALL_ITERATIONS` calls.
 """
@@ -103,7 +104,7 @@ class DeviceRecord:
 class ProfileSummary:
     """What one profiler session of `iterations` calls measured, and how far to trust it."""
 
-    kernel_time_s: float  # per iteration, filtered exactly as torchao's published figures
+    kernel_time_s: float  # per iteration, filtered as torchao's published figures, less runtime-API rows
     iterations: int
     device_records: int  # kernels, memcpys and memsets recorded over the iterations, padding excluded
     pads_launched: int
