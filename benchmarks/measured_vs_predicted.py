@@ -3,9 +3,9 @@
     python benchmarks/measured_vs_predicted.py data/results/h200-2026-11-26 [--json]
 
 From the committed files alone (no GPU), three sections:
-1. **The training step** (`train-step/*.json`, written by `benchmarks/train_step.py`, with the profiler
-   traces of `traces/<recipe>/`): per token count, recipe and variant, the measured step time and speedup
-   beside the step model's (its report carries the prediction); the step model before its in-step
+1. **The training step** (`train-step/train-step-<name>.json`, written by `benchmarks/train_step.py`, with
+   the profiler traces of `traces/<name>/`): per token count, recipe and variant, the measured step time
+   and speedup beside the step model's (its report carries the prediction); the step model before its in-step
    efficiency divides it (`raw`: the sum of its terms for the GPU alone); and, from each variant's one-step
    trace, the device time by kind of kernel beside the step model's term for the same work (Linear GEMMs
    and float8 casts, attention, the optimizer, the rest), with the count of float8 GEMM ops against three
@@ -35,13 +35,9 @@ import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-#: train_step.py's variants and the step model's names for the same strategies.
-STRATEGY_OF_VARIANT = {
-    "bf16": "bf16",
-    "float8_all_convertible": "all_convertible",
-    "float8_torchao_auto": "torchao_auto",
-    "float8_advice": "advice",
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import train_step  # noqa: E402  (its report's own lookup of the prediction beside each result)
+
 #: Which step-model terms price the work of each kind of kernel in a trace.
 TERMS_OF_CLASS = {
     "Linear (GEMMs + casts)": ("linear_bf16", "linear_float8"),
@@ -124,15 +120,12 @@ def train_steps(folder: Path) -> list[dict]:
     rows = []
     for path in sorted((folder / "train-step").glob("*.json")):
         report = json.loads(path.read_text())
-        recipes = {result["recipe"] for result in report["results"] if result["recipe"]}
-        predictions = {(p["tokens_per_step"], p["recipe"]): p for p in report["predictions"]}
+        traces = folder / "traces" / path.stem.removeprefix("train-step-")
         for result in report["results"]:
             if result["status"] != "ok":
                 continue
-            recipe = result["recipe"] or "".join(sorted(recipes))
-            prediction = predictions[(result["tokens_per_step"], recipe)]
-            step = prediction["step"]
-            strategy = step["strategies"][STRATEGY_OF_VARIANT[result["variant"]]]
+            step = train_step.prediction_of(report, result)["step"]
+            strategy = step["strategies"][train_step.step_strategy_of(result["variant"])]
             efficiency = step["in_step_efficiency"]
             row = {
                 "report": path.name,
@@ -148,7 +141,7 @@ def train_steps(folder: Path) -> list[dict]:
                 "measured_speedup": result["measured_step_speedup"],
                 "predicted_speedup": None if result["variant"] == "bf16" else strategy["step_speedup"],
             }
-            trace = folder / "traces" / recipe / (result.get("trace") or "")
+            trace = traces / (result.get("trace") or "")
             if result.get("trace") and trace.is_file():
                 breakdown = trace_breakdown(trace)
                 row["trace"] = breakdown

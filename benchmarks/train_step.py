@@ -648,6 +648,25 @@ def prediction_record(advice, seq: int, settings: Settings, step=None) -> dict:
 # --- report -------------------------------------------------------------------------------------------------
 
 
+def prediction_of(report: dict, record: dict) -> dict | None:
+    """The prediction a result record is set beside: the one of its token count and recipe (bf16 is the
+    same in every recipe's prediction: the first at its token count), or None."""
+    bf16 = record["variant"] == Variant.BF16.value
+    return next(
+        (
+            p
+            for p in report["predictions"]
+            if p["tokens_per_step"] == record["tokens_per_step"] and (bf16 or p["recipe"] == record["recipe"])
+        ),
+        None,
+    )
+
+
+def step_strategy_of(variant: str) -> str:
+    """The step model's name (`StepReport` strategies) for a variant's strategy."""
+    return "bf16" if variant == Variant.BF16.value else STRATEGY_OF_VARIANT[Variant(variant)]
+
+
 def attach_speedups(report: dict) -> None:
     """Measured step speedups over the bf16 run of the same token count, and the step model's predictions."""
     baselines = {
@@ -655,23 +674,12 @@ def attach_speedups(report: dict) -> None:
         for r in report["results"]
         if r["variant"] == Variant.BF16.value and r["status"] == "ok"
     }
-    predictions = {(p["tokens_per_step"], p["recipe"]): p for p in report["predictions"]}
     for record in report["results"]:
         baseline = baselines.get(record["tokens_per_step"])
         ok = record["status"] == "ok" and baseline is not None
         record["measured_step_speedup"] = baseline["median_s"] / record["median_s"] if ok else None
-        if record["variant"] == Variant.BF16.value:
-            # bf16 is the same in every recipe's prediction: take the first at this token count
-            prediction = next(
-                (p for (tokens, _), p in predictions.items() if tokens == record["tokens_per_step"]), None
-            )
-        else:
-            prediction = predictions.get((record["tokens_per_step"], record["recipe"]))
-        strategy = (
-            "bf16"
-            if record["variant"] == Variant.BF16.value
-            else STRATEGY_OF_VARIANT[Variant(record["variant"])]
-        )
+        prediction = prediction_of(report, record)
+        strategy = step_strategy_of(record["variant"])
         record["predicted_linear_speedup"] = None
         if prediction is not None and record["variant"] != Variant.BF16.value:
             record["predicted_linear_speedup"] = prediction["strategies"][record["variant"]][
