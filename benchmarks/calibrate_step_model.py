@@ -26,13 +26,11 @@ from fp8advisor.advice.published import (  # noqa: E402
     markdown_table,
     predict_anchor,
 )
-from fp8advisor.advice.step import CALIBRATION_PATH, Calibration  # noqa: E402
-from fp8advisor.inspect.layers import inspect_model  # noqa: E402
+from fp8advisor.advice.step_calibration import CALIBRATION_PATH, Calibration  # noqa: E402
 
 
 def calibration_text(anchors, layers_by_anchor) -> str:
-    fitting = next(a for a in anchors if any(r.fit for r in a.results))
-    data = fit_in_step_efficiency(anchors, layers_by_anchor[fitting.id])
+    data = fit_in_step_efficiency(anchors, layers_by_anchor)
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
@@ -42,7 +40,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     anchors = load_anchors()
-    layers_by_anchor = {a.id: inspect_model(a.model, batch=a.batch, seq=a.seq) for a in anchors}
+    layers_by_anchor = {a.id: a.inspect() for a in anchors}
     text = calibration_text(anchors, layers_by_anchor)
     if args.check:
         current = CALIBRATION_PATH.read_text(encoding="utf-8") if CALIBRATION_PATH.exists() else ""
@@ -57,9 +55,9 @@ def main(argv=None) -> int:
         CALIBRATION_PATH.write_text(text, encoding="utf-8")
         print(f"wrote {CALIBRATION_PATH}", file=sys.stderr)
 
-    calibration = Calibration(json.loads(text)["in_step_efficiency"], json.loads(text)["fitted_to"])
     rows = []
     for anchor in anchors:
+        calibration = Calibration.of(json.loads(text), anchor.gpu)
         rows.extend(comparisons(predict_anchor(anchor, calibration, layers_by_anchor[anchor.id])))
     print(markdown_table(rows), end="")
     return 0

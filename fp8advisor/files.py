@@ -12,7 +12,9 @@
   directory the command started in, whatever `os.chdir` the user's code makes meanwhile (a model's `__del__`
   may run at any time); every read (`fp8advisor.reading`) and write here goes through `absolute`.
 - `DirectoryLock` keeps two `bench` processes out of one results directory (an advisory `flock`, released by
-  the kernel when the holder dies, so a killed run never leaves a stale lock).
+  the kernel when the holder dies, so a killed run never leaves a stale lock); `shared=True` lets several
+  holders in at once (the shards of one grid, each also holding a lock of its own), none beside an exclusive
+  one. `lock_holder` tells whether a lock file is held, and by whom.
 """
 
 from __future__ import annotations
@@ -269,13 +271,27 @@ def guard_output(
 
 
 class DirectoryLock:
-    """An exclusive, advisory lock on a directory (a `.lock` file inside it, `flock`ed), for the duration of a
-    `with` block. A second holder gets an `AdvisorError` naming the process that holds it."""
+    """An advisory lock on a directory (a `.lock` file inside it, `flock`ed), for the duration of a `with`
+    block: exclusive, or `shared` with other shared holders. A holder it cannot join gets an `AdvisorError`
+    naming the process that holds it (the last to write its name in the file). Each holder opens the file
+    anew, so two locks of one process exclude each other as two processes' would."""
 
-    def __init__(self, directory: str | Path, name: str = ".fp8advisor-bench.lock", *, what: str = "bench"):
+    def __init__(
+        self,
+        directory: str | Path,
+        name: str = ".fp8advisor-bench.lock",
+        *,
+        what: str = "bench",
+        shared: bool = False,
+        hint: str | None = None,
+    ):
         self.directory = absolute(directory)
         self.path = self.directory / name
         self.what = what
+        self.shared = shared
+        self.hint = (
+            hint or "wait for it to end (the same command then resumes what is left) or use another --out"
+        )
         self._fd = -1
 
     def acquire(self) -> None:
@@ -289,16 +305,15 @@ class DirectoryLock:
                 f"cannot use {self.directory}: {_reason(error)}", hint="choose a writable --out directory"
             ) from None
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError:
-            holder = os.read(fd, 200).decode("utf-8", errors="replace").strip() or "another process"
+            holder = _holder_text(fd)
             os.close(fd)
             raise AdvisorError(
-                f"another {self.what} is writing to {self.directory} ({holder})",
-                hint="wait for it to end (the same command then resumes what is left) or use another --out",
+                f"another {self.what} is writing to {self.directory} ({holder})", hint=self.hint
             ) from None
         os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {os.uname().nodename}\n".encode())
+        os.pwrite(fd, f"pid {os.getpid()} on {os.uname().nodename}\n".encode(), 0)
         self._fd = fd
 
     def release(self) -> None:
@@ -314,6 +329,34 @@ class DirectoryLock:
         self.release()
 
 
+def _holder_text(fd: int) -> str:
+    """What a lock file says of its holder ("pid 123 on node7"), or "another process"."""
+    try:
+        text = os.pread(fd, 200, 0).decode("utf-8", errors="replace").strip()
+    except OSError:
+        text = ""
+    return text or "another process"
+
+
+def lock_holder(path: str | Path) -> str | None:
+    """Who holds the lock file at `path` (its text, "pid 123 on node7"), or None when no process holds it (or
+    there is no such file). A probe: the lock is taken and released at once when free, so call it only where
+    nothing else may take that lock in the same instant (under a lock that all its takers hold first)."""
+    import fcntl
+
+    try:
+        fd = os.open(absolute(path), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return _holder_text(fd)
+    finally:
+        os.close(fd)
+    return None
+
+
 __all__ = [
     "GENERATED_MARK",
     "absolute",
@@ -323,6 +366,7 @@ __all__ = [
     "guard_output",
     "input_named",
     "is_generated_config",
+    "lock_holder",
     "note_input",
     "refuse_input",
     "probe_writable",

@@ -100,6 +100,7 @@ OPTIONS = {
     "grouped_profile": "--grouped-profile",
     "expert_imbalance": "--expert-imbalance",
     "float8_all_gather": "--float8-all-gather",
+    "context_parallel": "--cp",
 }
 #: The settings that are flags: the option alone means True, and is left out when False.
 FLAGS = frozenset({"float8_all_gather"})
@@ -112,6 +113,7 @@ _COMMAND_ORDER = (
     "grouped_profile",
     "min_speedup",
     "tensor_parallel",
+    "context_parallel",
     "expert_parallel",
     "expert_imbalance",
     "float8_all_gather",
@@ -136,6 +138,12 @@ class SuggestRequest:
     grouped_profile: str | None = None  # --grouped-profile; None: found automatically, or none
     expert_imbalance: float = 1.0  # MoE: the busiest expert's rows over the mean (1.0: balanced routing)
     float8_all_gather: bool = False  # FSDP all-gathers the converted weights in float8 (tensorwise only)
+    context_parallel: int = 1  # --cp: each GPU's layers see 1/cp of every sequence
+
+    @property
+    def traced_seq(self) -> int:
+        """The tokens per sequence one GPU's layers see: its context-parallel chunk of `seq`."""
+        return self.seq // self.context_parallel
 
     def __post_init__(self) -> None:
         """Refuse a value no run could have (the module docstring), whoever built the request."""
@@ -144,6 +152,14 @@ class SuggestRequest:
         check_min_speedup(self.min_speedup)
         check_degree("--tp", self.tensor_parallel)
         check_degree("--ep", self.expert_parallel)
+        check_degree("--cp", self.context_parallel)
+        if self.seq % self.context_parallel:
+            raise AdvisorError(
+                f"--cp {self.context_parallel} does not divide --seq {self.seq}: context parallelism gives "
+                "each GPU an equal chunk of every sequence",
+                hint=f"use a --seq that is a multiple of {2 * self.context_parallel} (torchtitan's load "
+                "balancing splits each sequence into 2 x cp chunks)",
+            )
         check_expert_imbalance(self.expert_imbalance)
         if not isinstance(self.float8_all_gather, bool):
             raise AdvisorError(f"--float8-all-gather is a flag, not {quote(self.float8_all_gather)}")
@@ -269,6 +285,7 @@ _TYPES = {
     "grouped_profile": str,
     "min_speedup": float,
     "tensor_parallel": int,
+    "context_parallel": int,
     "expert_parallel": int,
     "measured": str,
     "expert_imbalance": float,

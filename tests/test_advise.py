@@ -361,8 +361,41 @@ def test_real_predictor_with_a_modelled_profile():
         (lambda M, K, N: 1.5 if N >= K else 1.1, (4096, 1024), "N"),  # splitting N gains less
     ],
 )
-def test_tensor_parallel_records_the_slice_it_predicts_for(rule, shard, split):
-    """--tp: each layer keeps the slicing float8 gains less from, and says which (wq: 4096 x 4096, tp 4)."""
+def test_tensor_parallel_without_a_plan_predicts_the_slower_slice(rule, shard, split):
+    """--tp, a layer no framework plan names (wq renamed `mix`: 4096 x 4096, tp 4): the slicing float8 gains
+    less from, recorded with which dimension it splits."""
+    from dataclasses import replace
+
+    from _advice_helpers import StubChoice, StubPredictor
+
+    layers = llama_layers(1)
+    renamed = replace(
+        layers,
+        layers=tuple(
+            replace(layer, fqn="layers.0.attention.mix") if layer.fqn == "layers.0.attention.wq" else layer
+            for layer in layers.layers
+        ),
+    )
+    advice = advise(
+        renamed,
+        StubChoice(),
+        "rowwise",
+        tensor_parallel=4,
+        predictor=StubPredictor(rule=rule),
+        device_capability=None,
+        compare_torchao_auto=False,
+    )
+    mix = next(layer for layer in advice.layers if layer.fqn == "layers.0.attention.mix")
+    assert mix.shard == shard and mix.predicted_speedup == pytest.approx(1.1)
+    assert mix.to_json()["shard"] == {"K": shard[0], "N": shard[1], "split": split}
+
+
+@pytest.mark.parametrize(
+    "rule", [lambda M, K, N: 1.5 if K >= N else 1.1, lambda M, K, N: 1.5 if N >= K else 1.1]
+)
+def test_tensor_parallel_follows_the_frameworks_plan(rule):
+    """--tp 4 on torchtitan's names: wq and w1 column-parallel (N split), wo and w2 row-parallel (K split),
+    whichever slicing the predictor favours."""
     from _advice_helpers import StubChoice, StubPredictor
 
     advice = advise(
@@ -374,6 +407,8 @@ def test_tensor_parallel_records_the_slice_it_predicts_for(rule, shard, split):
         device_capability=None,
         compare_torchao_auto=False,
     )
-    wq = next(layer for layer in advice.layers if layer.fqn == "layers.0.attention.wq")
-    assert wq.shard == shard and wq.predicted_speedup == pytest.approx(1.1)
-    assert wq.to_json()["shard"] == {"K": shard[0], "N": shard[1], "split": split}
+    by_name = {layer.fqn.rsplit(".", 1)[-1]: layer for layer in advice.layers}
+    assert by_name["wq"].shard == (by_name["wq"].K, by_name["wq"].N // 4)
+    assert by_name["w1"].shard == (by_name["w1"].K, by_name["w1"].N // 4)
+    assert by_name["wo"].shard == (by_name["wo"].K // 4, by_name["wo"].N)
+    assert by_name["w2"].shard == (by_name["w2"].K // 4, by_name["w2"].N)

@@ -307,7 +307,7 @@ def test_step_counts_grouped_experts_once_per_strategy():
 
     model = replace(grouped_moe(blocks=1), census=_census(), parameter_count=0)
     advice = _advise(model, expert_predictor=StubExperts(speedup=2.0), compare_torchao_auto=True)
-    gpu = StepGpu(GpuSpecs("TEST", 1e12, 2e12, 1e9, 1.0, 1.0, kernel_floor_s=0.0), 1e9)
+    gpu = StepGpu.of(GpuSpecs("TEST", 1e12, 2e12, 1e9, 1.0, 1.0, kernel_floor_s=0.0))
     report = step_report(
         advice, model, StubChoice(), gpu, StepConfig(), Calibration(1.0, "none"), break_even_target=None
     )
@@ -341,7 +341,7 @@ def test_step_full_ac_recomputes_the_experts_forward():
 
     model = replace(grouped_moe(blocks=1), census=_census(), parameter_count=0)
     advice = _advise(model, expert_predictor=StubExperts(speedup=2.0))
-    gpu = StepGpu(GpuSpecs("TEST", 1e12, 2e12, 1e9, 1.0, 1.0, kernel_floor_s=0.0), 1e9)
+    gpu = StepGpu.of(GpuSpecs("TEST", 1e12, 2e12, 1e9, 1.0, 1.0, kernel_floor_s=0.0))
     common = dict(gpu=gpu, config=StepConfig(ac=Checkpointing.FULL), calibration=Calibration(1.0, "none"))
     plain = predict_step("a", "a", model, [], (), **common)
     with_experts = predict_step(
@@ -452,7 +452,7 @@ def test_step_experts_float8_seconds_are_modelled_whatever_the_speedups_provenan
 
     model = replace(grouped_moe(blocks=1), census=_census(), parameter_count=0)
     advice = _advise(model, expert_predictor=StubExperts(speedup=2.0, provenance="measured"))
-    gpu = StepGpu(GpuSpecs("TEST", 1e12, 2e12, 1e9, 1.0, 1.0, kernel_floor_s=0.0), 1e9)
+    gpu = StepGpu.of(GpuSpecs("TEST", 1e12, 2e12, 1e9, 1.0, 1.0, kernel_floor_s=0.0))
     report = step_report(
         advice, model, StubChoice(), gpu, StepConfig(), Calibration(1.0, "none"), break_even_target=None
     )
@@ -470,7 +470,7 @@ def test_step_says_which_expert_groups_it_leaves_out():
     model = replace(grouped_moe(blocks=1, M_total=None, top_k=None), census=_census(), parameter_count=0)
     advice = _advise(model)
     assert advice.experts[0].predicted_speedup is None
-    gpu = StepGpu(GpuSpecs("TEST", 1e12, 2e12, 1e9, 1.0, 1.0, kernel_floor_s=0.0), 1e9)
+    gpu = StepGpu.of(GpuSpecs("TEST", 1e12, 2e12, 1e9, 1.0, 1.0, kernel_floor_s=0.0))
     report = step_report(
         advice, model, StubChoice(), gpu, StepConfig(), Calibration(1.0, "none"), break_even_target=None
     )
@@ -641,7 +641,7 @@ def test_step_prices_the_experts_per_gpu_and_its_break_even_keeps_P(monkeypatch)
     assert advice.experts[0].bf16_time_s == pytest.approx(bf16, rel=1e-9)
     recorder = StubExperts()
     monkeypatch.setattr(step_comparison_module, "default_expert_predictor", lambda choice: recorder)
-    gpu = StepGpu(GpuSpecs("TEST", 1e12, 2e12, 1e9, 1.0, 1.0, kernel_floor_s=0.0), 1e9)
+    gpu = StepGpu.of(GpuSpecs("TEST", 1e12, 2e12, 1e9, 1.0, 1.0, kernel_floor_s=0.0))
     report = step_report(advice, model, modelled_choice(), gpu, StepConfig(), Calibration(1.0, "none"))
     assert report.baseline.term("experts_bf16").seconds == pytest.approx(bf16, rel=1e-9)
     assert recorder.groups and all(g.n_experts == 16 for g in recorder.groups)  # the break-even's decisions

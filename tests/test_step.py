@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -23,13 +24,16 @@ from fp8advisor.advice.step import (
     predict_step,
 )
 from fp8advisor.advice.step_comparison import find_break_even
+from fp8advisor.advice.topology import NETWORK_BUS_EFFICIENCY, NVLINK_BUS_EFFICIENCY, GpuSystem
 from fp8advisor.gpus import GpuSpecs
 from fp8advisor.inspect.census import AttentionCall, MatmulCall, MemoryRegion, OpCensus
 
 TERA, GIGA = 1e12, 1e9
+#: a made-up system whose NCCL bus bandwidth is 10 GB/s inside a node of 8, 1 GB/s across nodes
+SYSTEM = GpuSystem("test", 8, 10 * GIGA / NVLINK_BUS_EFFICIENCY, GIGA / NETWORK_BUS_EFFICIENCY, "made up")
 GPU = StepGpu(
     GpuSpecs("TEST", TERA, 2 * TERA, GIGA, gemm_efficiency=1.0, bandwidth_efficiency=1.0, kernel_floor_s=0.0),
-    interconnect_bytes_per_s=10 * GIGA,
+    SYSTEM,
 )
 NO_CALIBRATION = Calibration(1.0, "none")
 
@@ -116,7 +120,7 @@ def test_memory_regions_move_their_bytes_forward_and_twice_backward():
 
 
 def test_kernel_floor_applies_per_region():
-    floored = StepGpu(GpuSpecs("F", TERA, 2 * TERA, GIGA, 1.0, 1.0, kernel_floor_s=1e-3), 10 * GIGA)
+    floored = StepGpu(GpuSpecs("F", TERA, 2 * TERA, GIGA, 1.0, 1.0, kernel_floor_s=1e-3), SYSTEM)
     regions = (MemoryRegion(activation_bytes=10, parameter_bytes=0, ops=1, count=5),)
     census = OpCensus(tokens=64, attention=(), matmuls=(), regions=regions, output_shape=None, complete=True)
     step = predict_step("s", "s", _model(census), LAYERS, (), floored, StepConfig(), NO_CALIBRATION)
@@ -189,7 +193,7 @@ def test_fsdp_traffic_hides_under_compute_and_float8_all_gather_halves_converted
 
 
 def test_exposed_communication_is_what_exceeds_compute():
-    slow_link = StepGpu(GPU.specs, interconnect_bytes_per_s=1e6)
+    slow_link = StepGpu(GPU.specs, replace(SYSTEM, nvlink_bytes_per_s=1e6 / NVLINK_BUS_EFFICIENCY))
     layers = [_layer("layers.0.w1", 1e-6, 1e-6)]
     model = _model(EMPTY, parameters=10**6)
     step = predict_step("s", "s", model, layers, (), slow_link, StepConfig(world_size=2), NO_CALIBRATION)
@@ -250,23 +254,26 @@ def anchor_predictions():
     """Every published anchor run through the step model with the shipped calibration (traces 8B models on
     the meta device: a few seconds each)."""
     from fp8advisor.advice.published import load_anchors, predict_anchor
-    from fp8advisor.inspect.layers import inspect_model
 
     anchors = load_anchors()
-    layers = {a.id: inspect_model(a.model, batch=a.batch, seq=a.seq) for a in anchors}
-    calibration = Calibration.load()
-    return anchors, layers, [predict_anchor(a, calibration, layers[a.id]) for a in anchors]
+    layers = {a.id: a.inspect() for a in anchors}
+    return anchors, layers, [predict_anchor(a, Calibration.load(family=a.gpu), layers[a.id]) for a in anchors]
 
 
 def test_shipped_calibration_is_what_the_fit_gives(anchor_predictions):
     from fp8advisor.advice.published import fit_in_step_efficiency
-    from fp8advisor.advice.step import CALIBRATION_PATH
+    from fp8advisor.advice.step_calibration import CALIBRATION_PATH
 
     anchors, layers, _ = anchor_predictions
-    fitted = fit_in_step_efficiency(anchors, layers["torchao-llama3-8b-8xh100"])
+    fitted = fit_in_step_efficiency(anchors, layers)
     shipped = json.loads(CALIBRATION_PATH.read_text())
     assert shipped == fitted
-    assert 0.3 < shipped["in_step_efficiency"] < 1
+    assert set(shipped["families"]) == {"H100", "B200"}  # each fitted to its own family's bf16 figure
+    assert all(0.3 < entry["in_step_efficiency"] < 1 for entry in shipped["families"].values())
+    # a family without an anchor takes the default's, and says so
+    h200 = Calibration.load(family="H200")
+    assert h200.in_step_efficiency == shipped["families"]["H100"]["in_step_efficiency"]
+    assert "H100's, no H200 anchor" in h200.fitted_to
 
 
 def test_the_fitted_anchor_is_reproduced_and_h100_anchors_are_within_five_percent(anchor_predictions):
@@ -340,6 +347,16 @@ def test_suggest_json_carries_the_step(tmp_path):
     assert step["gpu"] == "H100"
     assert step["config"] == {
         "world_size": 8,
+        "dp_shard": 8,  # what the other degrees leave of the world size
+        "dp_replicate": 1,
+        "tp": 1,
+        "cp": 1,
+        "pp": 1,
+        "async_tp": False,
+        "float8_tensor_parallel": False,
+        "float8_recipe": step["config"]["float8_recipe"],  # the advice's recipe
+        "gpus_per_node": None,
+        "inter_node_gbps": None,
         "ac": "selective",
         "grad_accum": 1,
         "float8_all_gather": False,

@@ -9,9 +9,13 @@ predicted times and the filter list that says it) and a `StepPrediction` of the 
   of routed experts; `strategies`: the strategies the summary compares (torchao's auto filter among them);
   `caveats`: the warnings and notes that come with the advice.
 - `in_context`: blocks measured in context decide their own layers; `seeds`: where that measurement starts.
-- `step`: the step-time model (`predict_step`); `step_comparison`: each strategy's step, its interval, the
-  uncertain layers' stake and the advice's break-even (`step_report`); `published`: the published end-to-end
-  results the step model is checked against.
+- `step`: the step-time model (`predict_step`), its parts in `step_terms` (the terms of the Linear layers,
+  other GEMMs and experts), `step_parallel` (each GPU's share under tensor, context and pipeline
+  parallelism, and the FSDP / HSDP, TP and CP traffic), `topology` (the GPU systems' links and the ring
+  collectives over them), `tp_plan` (the frameworks' tensor-parallel plans) and `step_calibration` (the
+  in-step efficiency of each GPU family); `step_comparison`: each strategy's step, its interval, the
+  uncertain layers' stake and the advice's break-even (`step_report`); `published`: the published
+  end-to-end results the step model is checked against.
 - `evidence_steps`: the evidence base's whole-step figures run through the step model; `evidence_default`:
   leave-one-source-out over the whole evidence base, the choice per GPU and recipe, the evidence profiles.
 """

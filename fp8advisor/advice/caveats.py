@@ -72,12 +72,11 @@ def _setup_warnings(model_layers: ModelLayers, tensor_parallel: int, device_capa
         )
     if tensor_parallel > 1:
         warnings.append(
-            f"tensor parallelism {tensor_parallel}: each GPU multiplies a 1/{tensor_parallel} slice of K "
-            "or N; "
-            "predictions take the slower of the two slicings per layer. torchtitan runs rowwise recipes with "
-            "tensor parallelism in bf16 all-gathers (float8 all-gather needs tensorwise); smaller shards "
-            "gain less "
-            "(pytorch/torchtitan#1207)"
+            f"tensor parallelism {tensor_parallel}: each GPU multiplies the 1/{tensor_parallel} slice of K "
+            "or N that the framework's plan gives it (torchtitan, Hugging Face and Megatron names; the "
+            "slower of the two for a layer no plan names). Rowwise recipes run TP's collectives in bf16 "
+            "and cast what arrives from them unfused; smaller shards gain less (pytorch/torchtitan#1207): "
+            "the step prediction prices both"
         )
     uneven = unevenly_split_layers(model_layers.layers, tensor_parallel)
     if uneven:

@@ -182,8 +182,8 @@ def _one_gpu_step_speedup(inputs: AdviceInputs) -> StepSpeedup | None:
     """What "auto" ranks the recipes by when the caller gives nothing: the step speedup of this batch x seq
     step on one GPU of the profile's type (no recompute, no gradient accumulation, no FSDP), a step that
     depends only on the settings a written file's header records, so that `--check` and `verify` choose as
-    `suggest` chose. None (rank by Linear time) without an op census, with tensor parallelism (not modelled)
-    or without a profile of a GPU."""
+    `suggest` chose (with tensor parallelism: one TP group, no data parallelism). None (rank by Linear time)
+    without an op census or without a profile of a GPU."""
     from fp8advisor.advice.step import StepConfig, StepGpu
     from fp8advisor.advice.step_comparison import step_speedup_of
     from fp8advisor.predict.profile import Profile
@@ -191,9 +191,10 @@ def _one_gpu_step_speedup(inputs: AdviceInputs) -> StepSpeedup | None:
 
     primary = getattr(inputs.profile_choice, "primary", inputs.profile_choice)
     census = getattr(inputs.model_layers, "census", None)
-    if census is None or inputs.tensor_parallel > 1 or not isinstance(primary, Profile):
+    if census is None or not isinstance(primary, Profile):
         return None
-    return step_speedup_of(inputs.model_layers, StepGpu.of(roofline_specs_for(primary)), StepConfig())
+    config = StepConfig(world_size=inputs.tensor_parallel, tp=inputs.tensor_parallel)
+    return step_speedup_of(inputs.model_layers, StepGpu.of(roofline_specs_for(primary)), config)
 
 
 def _decide(

@@ -10,13 +10,13 @@ interval for each speedup (`Prediction.interval`, the 10th-90th percentile of it
 layer whose interval holds `min_speedup` is decided by its point prediction and marked `uncertain`, and
 `suggest` says what the uncertain layers put at stake in the step and that `bench` settles them.
 
-With tensor parallelism (`--tp`) each GPU multiplies a slice of K (row-parallel) or of N (column-parallel);
-which one is the training framework's plan, so each layer is judged on the slower of the two
-(`tensor_parallel_slices`). A split whose dimension tp does not divide is uneven (Megatron-LM refuses it;
-DTensor pads the slices): it is predicted at its widest slice, ceil(D / tp), and the layer stays in bf16,
-since float8 needs every GPU's slice to be a multiple of 16 (`caveats` names those layers). A dimension
-narrower than tp is not split (a GPU would get nothing); a layer with both narrower is refused by `advise`
-(`unsplittable_layers`).
+With tensor parallelism (`--tp`) each GPU multiplies a slice of K (row-parallel) or of N (column-parallel),
+as the training framework's plan says (`fp8advisor.advice.tp_plan`: torchtitan's, Hugging Face's and
+Megatron's names); a layer no plan names is judged on the slower of the two (`tensor_parallel_slices`). A
+split whose dimension tp does not divide is uneven (Megatron-LM refuses it; DTensor pads the slices): it is
+predicted at its widest slice, ceil(D / tp), and the layer stays in bf16, since float8 needs every GPU's
+slice to be a multiple of 16 (`caveats` names those layers). A dimension narrower than tp is not split (a
+GPU would get nothing); a layer the plan cannot split is refused by `advise` (`unsplittable_layers`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fp8advisor.advice.records import LayerAdvice
+from fp8advisor.advice.tp_plan import COLWISE, ROWWISE, tp_style
 from fp8advisor.inspect.folding import Folded, fold_repeated
 from fp8advisor.inspect.records import GemmLayer, LayerStatus
 from fp8advisor.predict.figures import weakest_provenance
@@ -57,31 +58,42 @@ def split_by_tensor_parallel(layer: GemmLayer) -> bool:
     return layer.convertible and layer.is_linear and bool(layer.M_per_call) and min(layer.M_per_call) > 0
 
 
-def tensor_parallel_slices(K: int, N: int, tensor_parallel: int) -> list[tuple[int, int]]:
-    """The (K, N) one GPU multiplies: [(K, N)] without tensor parallelism; else K split (row-parallel) and N
-    split (column-parallel), each at its widest slice ceil(D / tp) (the GPU with the widest slice sets the
-    pace), leaving out a split of a dimension narrower than tp. Empty: neither can be split."""
+def tensor_parallel_slices(
+    K: int, N: int, tensor_parallel: int, style: str | None = None
+) -> list[tuple[int, int]]:
+    """The (K, N) one GPU multiplies: [(K, N)] without tensor parallelism; else, by the plan's `style`
+    (`tp_plan.COLWISE`: N split, `ROWWISE`: K split; None: both candidates, K split then N split), each at its
+    widest slice ceil(D / tp) (the GPU with the widest slice sets the pace), leaving out a split of a
+    dimension narrower than tp. Empty: no split the plan allows can be made."""
     if tensor_parallel == 1:
         return [(K, N)]
     slices = []
-    if K >= tensor_parallel:
+    if K >= tensor_parallel and style in (None, ROWWISE):
         slices.append((-(-K // tensor_parallel), N))
-    if N >= tensor_parallel:
+    if N >= tensor_parallel and style in (None, COLWISE):
         slices.append((K, -(-N // tensor_parallel)))
     return slices
 
 
-def uneven_split(K: int, N: int, tensor_parallel: int) -> bool:
-    """Whether tensor parallelism would split K or N unevenly: tp does not divide a dimension it may split."""
-    return tensor_parallel > 1 and any(dim % tensor_parallel for dim in (K, N) if dim >= tensor_parallel)
+def layer_slices(layer, tensor_parallel: int) -> list[tuple[int, int]]:
+    """`tensor_parallel_slices` of a layer (a `GemmLayer` or `LayerAdvice`) under its plan's split."""
+    return tensor_parallel_slices(layer.K, layer.N, tensor_parallel, tp_style(layer.fqn))
+
+
+def uneven_split(K: int, N: int, tensor_parallel: int, style: str | None = None) -> bool:
+    """Whether tensor parallelism would split K or N unevenly: tp does not divide a dimension it may split
+    (under the plan's `style`, or either one without a plan)."""
+    dims = {None: (K, N), ROWWISE: (K,), COLWISE: (N,)}[style]
+    return tensor_parallel > 1 and any(dim % tensor_parallel for dim in dims if dim >= tensor_parallel)
 
 
 def unsplittable_layers(layers: Sequence[GemmLayer], tensor_parallel: int) -> list[GemmLayer]:
-    """The layers the advice predicts whose K and N are both narrower than `tensor_parallel`."""
+    """The layers the advice predicts that the plan cannot split (every dimension it may split is narrower
+    than `tensor_parallel`)."""
     return [
         layer
         for layer in layers
-        if split_by_tensor_parallel(layer) and not tensor_parallel_slices(layer.K, layer.N, tensor_parallel)
+        if split_by_tensor_parallel(layer) and not layer_slices(layer, tensor_parallel)
     ]
 
 
@@ -90,7 +102,8 @@ def unevenly_split_layers(layers: Sequence[GemmLayer], tensor_parallel: int) -> 
     return [
         layer
         for layer in layers
-        if split_by_tensor_parallel(layer) and uneven_split(layer.K, layer.N, tensor_parallel)
+        if split_by_tensor_parallel(layer)
+        and uneven_split(layer.K, layer.N, tensor_parallel, tp_style(layer.fqn))
     ]
 
 
@@ -118,11 +131,10 @@ def _predict_layer(
     """bf16 and float8 seconds, provenance, how and bf16 provenance summed over the layer's calls, the (K, N)
     they are for, and the speedup interval (each call's float8 time at its interval's ends, summed).
 
-    With tensor parallelism each GPU multiplies a slice of K (row-parallel) or of N (column-parallel); which
-    one is not known here, so both are predicted (`tensor_parallel_slices`) and the slower float8 outcome (and
-    its slice) is kept.
+    With tensor parallelism each GPU multiplies the slice the framework's plan gives it (`layer_slices`);
+    for a layer no plan names both splits are predicted and the slower float8 outcome (and its slice) is kept.
     """
-    shapes = tensor_parallel_slices(layer.K, layer.N, tensor_parallel)
+    shapes = layer_slices(layer, tensor_parallel)
     if not shapes:  # `advise` refuses such a degree first, naming every such layer (`unsplittable_layers`)
         from fp8advisor.errors import AdvisorError
 
@@ -200,11 +212,11 @@ def decide_layers(
             shard=predicted.shape if tensor_parallel > 1 else None,
             speedup_interval=predicted.interval,
         )
-        sharded = tensor_parallel_slices(layer.K, layer.N, tensor_parallel)
+        sharded = layer_slices(layer, tensor_parallel)
         if not dims_divisible_by_16(layer.K, layer.N):
             reason = f"K={layer.K} or N={layer.N} not divisible by 16 (float8 GEMMs need multiples of 16)"
             decided.append(LayerAdvice(convert=False, reason=reason, float8_time_s=bf16, **timing, **common))
-        elif uneven_split(layer.K, layer.N, tensor_parallel):
+        elif uneven_split(layer.K, layer.N, tensor_parallel, tp_style(layer.fqn)):
             reason = (
                 f"--tp {tensor_parallel} does not divide K={layer.K} or N={layer.N}: uneven slices, and "
                 "float8 needs every GPU's slice a multiple of 16"
@@ -249,6 +261,7 @@ __all__ = [
     "decide_layers",
     "default_predictor",
     "group_layers",
+    "layer_slices",
     "split_by_tensor_parallel",
     "tensor_parallel_slices",
     "uneven_split",

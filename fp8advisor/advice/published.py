@@ -3,7 +3,8 @@
 `data/anchors/published_step_results.json` holds the published figures with their sources and set-ups; this
 module runs the step model (`fp8advisor.advice.step`) on each set-up exactly as published (the same layers in
 float8, the same parallelism, recomputation and gradient accumulation) and puts predicted beside published.
-`fit_in_step_efficiency` is the step model's only calibration: the one `fit: true` figure sets it.
+`fit_in_step_efficiency` is the step model's only calibration: each GPU family's one `fit: true` bf16 figure
+sets that family's in-step efficiency (`fp8advisor.advice.step_calibration`).
 `benchmarks/calibrate_step_model.py` writes the calibration file and the table of docs/benchmarks.md.
 """
 
@@ -16,7 +17,6 @@ from pathlib import Path
 
 from fp8advisor.advice.step import (
     ANCHORS_PATH,
-    CALIBRATION_SCHEMA,
     Calibration,
     Checkpointing,
     StepConfig,
@@ -24,10 +24,13 @@ from fp8advisor.advice.step import (
     StepPrediction,
     predict_step,
 )
+from fp8advisor.advice.step_calibration import CALIBRATION_SCHEMA
 from fp8advisor.errors import ProfileError
 from fp8advisor.recipes import Recipe
 
 ANCHORS_SCHEMA = "fp8advisor.step-anchors/1"
+#: An anchor's parallelism beyond FSDP, as `StepConfig` names it (absent: 1, or off).
+PARALLEL_KEYS = ("tp", "cp", "pp", "dp_replicate", "async_tp", "gpus_per_node", "inter_node_gbps")
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,17 @@ class Anchor:
     config: StepConfig
     keep_bf16: tuple[str, ...]  # filter_fqns of the published run (substring match)
     results: tuple[PublishedResult, ...]
+
+    @property
+    def traced_seq(self) -> int:
+        """The sequence one GPU's model is traced at: its context-parallel chunk."""
+        return self.seq // self.config.cp
+
+    def inspect(self):
+        """The anchor's model, inspected on the meta device at one data-parallel rank's micro-step."""
+        from fp8advisor.inspect.layers import inspect_model
+
+        return inspect_model(self.model, batch=self.batch, seq=self.traced_seq)
 
 
 def load_anchors(path: Path | str = ANCHORS_PATH) -> list[Anchor]:
@@ -82,6 +96,7 @@ def _anchor(entry: dict) -> Anchor:
         world_size=int(entry["world_size"]),
         ac=Checkpointing(entry["ac"]),
         grad_accum=int(entry["grad_accum"]),
+        **{key: entry[key] for key in PARALLEL_KEYS if key in entry},
     )
     return Anchor(
         id=entry["id"],
@@ -120,22 +135,22 @@ def predict_anchor(
     `ProfileChoice`); `float8_factor` multiplies every Linear speedup (an end of its interval)."""
     from fp8advisor.advice.linears import decide_layers, default_predictor
     from fp8advisor.gpus import get_specs
-    from fp8advisor.inspect.layers import inspect_model
     from fp8advisor.predict.selection import select_profile
 
     if model_layers is None:
-        model_layers = inspect_model(anchor.model, batch=anchor.batch, seq=anchor.seq)
+        model_layers = anchor.inspect()
     if choice is None:
         choice = select_profile(None, device_name=anchor.gpu, detect_device=False)
     predictor = default_predictor(choice)
     gpu = StepGpu.of(get_specs(anchor.gpu))
-    bf16_layers = decide_layers(model_layers.layers, Recipe.TENSORWISE, predictor, 1.0, 1)
+    tp = anchor.config.tp
+    bf16_layers = decide_layers(model_layers.layers, Recipe.TENSORWISE, predictor, 1.0, tp)
     bf16 = predict_step("bf16", "bf16", model_layers, bf16_layers, (), gpu, anchor.config, calibration)
     steps = []
     for result in anchor.results:
         if result.recipe is None:
             continue
-        layers = decide_layers(model_layers.layers, result.recipe, predictor, 1.0, 1)
+        layers = decide_layers(model_layers.layers, result.recipe, predictor, 1.0, tp)
         if float8_factor != 1.0:
             layers = [replace(layer, float8_time_s=layer.float8_time_s / float8_factor) for layer in layers]
         converted = [
@@ -143,7 +158,7 @@ def predict_anchor(
             for layer in layers
             if layer.counts_in_linear_time and not any(entry in layer.fqn for entry in anchor.keep_bf16)
         ]
-        config = replace(anchor.config, float8_all_gather=result.float8_all_gather)
+        config = anchor.config.for_recipe(result.recipe, float8_all_gather=result.float8_all_gather)
         step = predict_step(
             result.recipe.value,
             result.recipe.value,
@@ -158,34 +173,49 @@ def predict_anchor(
     return AnchorPrediction(anchor, choice.describe(), bf16, tuple(steps))
 
 
-def fit_in_step_efficiency(anchors: Sequence[Anchor], model_layers=None) -> dict:
-    """The in-step efficiency that makes the predicted bf16 step of the one `fit: true` result equal the
-    published one: modelled kernel time / published step time.
+def fit_in_step_efficiency(anchors: Sequence[Anchor], layers_by_anchor=None) -> dict:
+    """Each GPU family's in-step efficiency, fitted to its one `fit: true` bf16 result: the modelled kernel
+    time of that set-up's bf16 step / its published step time (the calibration file's content).
 
     Exact as long as the set-up's communication hides under its compute (checked: otherwise no efficiency
-    could explain the figure by compute alone). `model_layers`: the fitting anchor's, already inspected.
+    could explain the figure by compute alone). `layers_by_anchor`: anchor id -> its inspected model.
     """
     fitting = [(a, r) for a in anchors for r in a.results if r.fit]
-    if len(fitting) != 1 or fitting[0][1].recipe is not None or fitting[0][1].tokens_per_s_per_gpu is None:
-        raise ProfileError("exactly one bf16 throughput must be marked `fit: true` in the anchors")
-    anchor, result = fitting[0]
-    published_step_s = anchor.batch * anchor.seq / result.tokens_per_s_per_gpu
-    kernels = predict_anchor(anchor, Calibration(1.0, "no calibration"), model_layers).bf16
-    kernel_time_s = kernels.step_s - kernels.term("communication").seconds
-    if kernels.communication_s > published_step_s:
+    families = [a.gpu for a, _ in fitting]
+    if (
+        not fitting
+        or len(set(families)) != len(families)
+        or any(r.recipe is not None or r.tokens_per_s_per_gpu is None for _, r in fitting)
+    ):
         raise ProfileError(
-            f"{anchor.id}: modelled communication ({kernels.communication_s:.3g} s) exceeds the published "
-            f"step ({published_step_s:.3g} s): the communication model cannot be right"
+            "each GPU family needs at most one bf16 throughput marked `fit: true` in the anchors"
         )
+    fitted = {}
+    for anchor, result in fitting:
+        published_step_s = anchor.batch * anchor.seq / anchor.config.non_data_parallel
+        published_step_s /= result.tokens_per_s_per_gpu
+        model_layers = None if layers_by_anchor is None else layers_by_anchor[anchor.id]
+        kernels = predict_anchor(anchor, Calibration(1.0, "no calibration"), model_layers).bf16
+        kernel_time_s = kernels.step_s - kernels.term("communication").seconds
+        if kernels.communication_s > published_step_s:
+            raise ProfileError(
+                f"{anchor.id}: modelled communication ({kernels.communication_s:.3g} s) exceeds the "
+                f"published step ({published_step_s:.3g} s): the communication model cannot be right"
+            )
+        fitted[anchor.gpu] = {
+            "in_step_efficiency": float(f"{kernel_time_s / published_step_s:.6g}"),
+            "fitted_to": f"{anchor.id}: bf16 {result.tokens_per_s_per_gpu:g} tokens/s/GPU ({anchor.source})",
+            "published_step_s": float(f"{published_step_s:.6g}"),
+            "modelled_kernel_time_s": float(f"{kernel_time_s:.6g}"),
+        }
     return {
         "schema": CALIBRATION_SCHEMA,
-        "in_step_efficiency": float(f"{kernel_time_s / published_step_s:.6g}"),
-        "fitted_to": f"{anchor.id}: bf16 {result.tokens_per_s_per_gpu:g} tokens/s/GPU ({anchor.source})",
-        "published_step_s": float(f"{published_step_s:.6g}"),
-        "modelled_kernel_time_s": float(f"{kernel_time_s:.6g}"),
+        "default_family": "H100" if "H100" in fitted else sorted(fitted)[0],
+        "families": fitted,
         "how": (
-            "modelled kernel time of the bf16 step of this set-up (every term but the hidden communication) "
-            "/ the published step time (batch x seq / tokens per second per GPU)"
+            "per GPU family: modelled kernel time of the bf16 step of its fitting set-up (every term but the "
+            "hidden FSDP communication) / the published step time (batch x seq / (tp x cp x pp) / tokens per "
+            "second per GPU); a family without a fitting set-up takes the default family's"
         ),
     }
 

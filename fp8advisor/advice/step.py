@@ -33,30 +33,49 @@ its `fp8advisor.inspect.census.OpCensus`) by a named formula and constant:
   `full` recomputes each block's whole forward. A Linear's forward is `LINEAR_FORWARD_SHARE` of its time.
 - **Optimizer**: AdamW over this GPU's shard of the parameters, memory-bound, `ADAMW_TENSORS_MOVED` tensors
   of `optimizer_state_bytes` per parameter, once per `grad_accum` steps.
-- **FSDP** (`world_size` > 1): per step the parameters are all-gathered twice (forward, and again for the
-  backward: reshard after forward) and the gradients reduce-scattered once; each GPU moves (W-1)/W of the
-  bytes over `INTERCONNECT_BYTES_PER_S` of its GPU. With float8 all-gather (tensorwise) converted weights
-  move one byte per element instead of two. Overlap: FSDP2 prefetches, so only communication beyond the
-  step's compute time shows (`exposed`); the first all-gather and last reduce-scatter are not added.
+- **Parallelism and communication** (`fp8advisor.advice.step_parallel`): each GPU's share of the terms
+  above under tensor, context and pipeline parallelism, and the traffic of FSDP / HSDP, TP and CP over the
+  job's GPU system (`fp8advisor.advice.topology`), each with what the step's compute hides of it.
 
 Every term above is a GPU kernel-time model. A real step runs slower than its kernels laid end to end (clock
 limits under load, communication kernels sharing the SMs, launch gaps, imperfect fusion): all compute terms
-are divided by one **in-step efficiency**, the only constant fitted, to one published figure (torchao's
-Llama-3-8B bf16 throughput on 8xH100; `data/anchors/`). Dividing every term by the same number leaves every
-predicted *speedup* untouched: the published speedups are checks of the model, not inputs to it.
+are divided by one **in-step efficiency** per GPU family (`fp8advisor.advice.step_calibration`), the only
+constant fitted, each to one published bf16 throughput of that family (`data/anchors/step_calibration.json`
+names which; a family without one takes H100's). Dividing every compute term by the same number leaves a
+predicted *speedup* untouched except where communication shows (the communication terms are not divided):
+the published speedups are checks of the model, not inputs to it.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
-from fp8advisor.errors import AdvisorError, ProfileError
+from fp8advisor.advice.step_calibration import Calibration
+from fp8advisor.advice.step_parallel import (
+    Communication,
+    ComputeShares,
+    bubble_fraction,
+    cp_communication,
+    fsdp_communication,
+    tp_cast_adjustment,
+    tp_communication,
+)
+from fp8advisor.advice.step_terms import (
+    MODELLED,
+    OTHER_GEMMS,
+    Term,
+    expert_terms,
+    linear_terms,
+    other_gemm_terms,
+    speedups_provenance,
+    weakest_or_modelled,
+)
+from fp8advisor.advice.topology import GpuSystem, Topology, system_of
+from fp8advisor.errors import AdvisorError
 from fp8advisor.gpus import GpuSpecs
 from fp8advisor.inspect.records import ExpertForm
 from fp8advisor.paths import DATA_DIR
@@ -82,26 +101,8 @@ LOSS_BYTES_PER_LOGIT = 3 * BYTES_PER_BF16
 ADAMW_TENSORS_MOVED = 7
 #: A Linear's forward is one of its three GEMMs of equal FLOPs (output, grad_input, grad_weight).
 LINEAR_FORWARD_SHARE = 1 / 3
-#: The term of the GEMM layers the advice has no prediction for (the module docstring).
-OTHER_GEMMS = "other_gemms"
 
-#: GPU-to-GPU bandwidth per direction per GPU, datasheet peaks (NCCL reaches less): NVLink 4 (H100/H200 SXM,
-#: 900 GB/s bidirectional), NVLink 5 (Blackwell, 1.8 TB/s bidirectional), Infinity Fabric (MI300X, 7 links of
-#: 64 GB/s per direction).
-INTERCONNECT_BYTES_PER_S: dict[str, float] = {
-    "H100": 450e9,
-    "H200": 450e9,
-    "B200": 900e9,
-    "B300": 900e9,
-    "GB200": 900e9,
-    "MI300X": 448e9,
-}
-
-CALIBRATION_PATH = DATA_DIR / "anchors" / "step_calibration.json"
 ANCHORS_PATH = DATA_DIR / "anchors" / "published_step_results.json"
-CALIBRATION_SCHEMA = "fp8advisor.step-calibration/1"
-
-MEASURED, PUBLISHED, MODELLED, CALIBRATED = "measured", "published", "modelled", "calibrated"
 
 
 class Checkpointing(str, Enum):
@@ -117,29 +118,99 @@ class Checkpointing(str, Enum):
 
 @dataclass(frozen=True)
 class StepConfig:
-    """How the step runs, beyond the model: parallelism, recomputation, precision of the optimizer."""
+    """How the step runs, beyond the model: parallelism, where the GPUs sit, recomputation, the optimizer.
 
-    world_size: int = 1  # FSDP degree (data parallel, sharded)
+    `world_size` is every GPU of the job; the FSDP degree is what the other degrees leave of it
+    (`dp_shard`, as torchtitan's `data_parallel_shard_degree = -1`). `batch` x `seq` of the traced model is
+    one data-parallel rank's micro-step (a TP / CP / PP group's); its sequence is already the rank's CP chunk.
+    """
+
+    world_size: int = 1  # GPUs in the job
     ac: Checkpointing = Checkpointing.NONE
     grad_accum: int = 1  # micro-steps per optimizer step; a "step" here is one micro-step
     float8_all_gather: bool = False  # FSDP all-gathers converted weights in float8 (tensorwise only)
     optimizer_state_bytes: int = 4  # float32 parameters, gradients and moments (FSDP2 mixed precision)
     gradient_reduce_bytes: int = 4  # FSDP2 reduces gradients in float32 (torchtitan's default)
+    tp: int = 1  # tensor parallel (with sequence parallel)
+    cp: int = 1  # context parallel
+    pp: int = 1  # pipeline parallel (1F1B)
+    dp_replicate: int = 1  # HSDP replicas
+    async_tp: bool = False  # TP collectives overlapped with their GEMMs (torchtitan's async TP)
+    #: the TP plan's activation all-gathers move converted layers' inputs in float8 (torchtitan 0.2's
+    #: Float8ColwiseParallel / PrepareFloat8ModuleInput, used with tensorwise)
+    float8_tensor_parallel: bool = False
+    float8_recipe: Recipe | None = None  # the recipe of the converted layers (`for_recipe`)
+    gpus_per_node: int | None = None  # None: the GPU system's NVLink domain
+    inter_node_gbps: float | None = None  # None: the GPU system's network, per GPU
+
+    @property
+    def non_data_parallel(self) -> int:
+        """GPUs one data-parallel rank spans: tp x cp x pp (torchtitan divides its tokens/s by this)."""
+        return self.tp * self.cp * self.pp
+
+    @property
+    def dp_shard(self) -> int:
+        """The FSDP degree: world_size / (dp_replicate x tp x cp x pp)."""
+        return max(1, self.world_size // (self.dp_replicate * self.non_data_parallel))
 
     def check(self, recipe: Recipe | None) -> None:
-        """An `AdvisorError` for a configuration no trainer runs: a `--world-size` that is no parallel degree
-        (`request.check_degree`), a `--grad-accum` below 1, or float8 all-gather without tensorwise."""
-        check_degree("--world-size", self.world_size)
+        """An `AdvisorError` for a configuration no trainer runs: a degree that is no parallel degree
+        (`request.check_degree`), degrees whose product does not divide `--world-size`, a `--grad-accum`
+        below 1, float8 all-gather without tensorwise, or async TP without TP."""
+        for option, value in (
+            ("--world-size", self.world_size),
+            ("--tp", self.tp),
+            ("--cp", self.cp),
+            ("--pp", self.pp),
+            ("--dp-replicate", self.dp_replicate),
+        ):
+            check_degree(option, value)
         check_positive_int("--grad-accum", self.grad_accum, hint="micro-steps per optimizer step, e.g. 1")
+        others = self.dp_replicate * self.non_data_parallel
+        if self.world_size % others:
+            raise AdvisorError(
+                f"--world-size {self.world_size} is not a multiple of --dp-replicate x --tp x --cp x --pp = "
+                f"{others}: the FSDP degree would not be whole",
+                hint=f"use a --world-size that {others} divides (or --nodes x --gpus-per-node), "
+                f"e.g. {others * 8}",
+            )
         if self.float8_all_gather and recipe not in (None, Recipe.TENSORWISE):
             raise AdvisorError(
                 f"float8 all-gather needs the tensorwise recipe, not {recipe.value}",
                 hint="drop --float8-all-gather, or use --recipe tensorwise",
             )
+        if self.async_tp and self.tp == 1:
+            raise AdvisorError(
+                "--async-tp needs tensor parallelism", hint="add --tp N (N > 1), or drop --async-tp"
+            )
+
+    def for_recipe(self, recipe: Recipe | None, *, float8_all_gather: bool | None = None) -> StepConfig:
+        """This set-up as a run of `recipe` trains: float8 all-gather (FSDP) only where the recipe has it
+        (tensorwise; `float8_all_gather` None keeps this set-up's wish), and TP's activation all-gathers in
+        float8 for tensorwise (torchtitan 0.2 switches to torchao's Float8ColwiseParallel /
+        PrepareFloat8ModuleInput when float8 is on and the recipe is not rowwise)."""
+        tensorwise = recipe is Recipe.TENSORWISE
+        wish = self.float8_all_gather if float8_all_gather is None else float8_all_gather
+        return replace(
+            self,
+            float8_all_gather=wish and tensorwise,
+            float8_tensor_parallel=tensorwise and self.tp > 1,
+            float8_recipe=recipe,
+        )
 
     def to_json(self) -> dict:
         return {
             "world_size": self.world_size,
+            "dp_shard": self.dp_shard,
+            "dp_replicate": self.dp_replicate,
+            "tp": self.tp,
+            "cp": self.cp,
+            "pp": self.pp,
+            "async_tp": self.async_tp,
+            "float8_tensor_parallel": self.float8_tensor_parallel,
+            "float8_recipe": None if self.float8_recipe is None else self.float8_recipe.value,
+            "gpus_per_node": self.gpus_per_node,
+            "inter_node_gbps": self.inter_node_gbps,
             "ac": self.ac.value,
             "grad_accum": self.grad_accum,
             "float8_all_gather": self.float8_all_gather,
@@ -149,41 +220,19 @@ class StepConfig:
 
 
 @dataclass(frozen=True)
-class Calibration:
-    """The one fitted constant: modelled kernel time / real step time of the fitting anchor."""
-
-    in_step_efficiency: float
-    fitted_to: str  # for people: which published figure
-    path: Path | None = None
-
-    @classmethod
-    def load(cls, path: Path | str = CALIBRATION_PATH) -> Calibration:
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if data.get("schema") != CALIBRATION_SCHEMA:
-                raise ValueError(f"schema is {data.get('schema')!r}, not {CALIBRATION_SCHEMA!r}")
-            efficiency = float(data["in_step_efficiency"])
-            if not 0 < efficiency <= 1:
-                raise ValueError(f"in_step_efficiency {efficiency} is not in (0, 1]")
-            return cls(efficiency, str(data["fitted_to"]), path)
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            raise ProfileError(
-                f"cannot read the step model's calibration {path}: {error}",
-                hint="reinstall fp8advisor, or regenerate it: python benchmarks/calibrate_step_model.py",
-            ) from None
-
-
-@dataclass(frozen=True)
 class StepGpu:
-    """The GPU the step runs on: torchao's roofline constants and the interconnect."""
+    """The GPU the step runs on: torchao's roofline constants, and the system it is sold in (its links)."""
 
     specs: GpuSpecs
-    interconnect_bytes_per_s: float
+    system: GpuSystem
 
     @classmethod
     def of(cls, specs: GpuSpecs) -> StepGpu:
-        return cls(specs, INTERCONNECT_BYTES_PER_S.get(specs.family, INTERCONNECT_BYTES_PER_S["H100"]))
+        return cls(specs, system_of(specs.family))
+
+    def topology(self, config: StepConfig) -> Topology:
+        """The system with the set-up's overrides (`--gpus-per-node`, `--inter-node-gbps`)."""
+        return Topology.of(self.system, config.gpus_per_node, config.inter_node_gbps)
 
     @property
     def family(self) -> str:
@@ -193,25 +242,6 @@ class StepGpu:
         """Bytes at the achievable bandwidth, at least `kernels` kernel floors."""
         bandwidth = self.specs.bandwidth_bytes_per_s * self.specs.bandwidth_efficiency
         return max(num_bytes / bandwidth, kernels * self.specs.kernel_floor_s)
-
-
-@dataclass(frozen=True)
-class Term:
-    """One part of a step: its in-step seconds, where the figure comes from and how it is computed."""
-
-    name: str
-    seconds: float
-    provenance: str  # measured / published / modelled (of the figures it rests on)
-    basis: str  # the formula and constants, for people
-
-    def to_json(self, step_s: float) -> dict:
-        return {
-            "name": self.name,
-            "seconds": float(f"{self.seconds:.6g}"),
-            "share": round(self.seconds / step_s, 4) if step_s > 0 else None,
-            "provenance": self.provenance,
-            "basis": self.basis,
-        }
 
 
 @dataclass(frozen=True)
@@ -280,12 +310,6 @@ def _in_blocks(fqn: str) -> bool:
     return any(part.isdigit() for part in fqn.split("."))
 
 
-def _weakest_or_modelled(provenances: Iterable[str]) -> str:
-    from fp8advisor.predict.figures import weakest_provenance
-
-    return weakest_provenance(provenances, empty=MODELLED)
-
-
 @dataclass(frozen=True)
 class _ComputeParts:
     """Kernel times (before the in-step efficiency) of everything but the Linear layers and communication."""
@@ -302,12 +326,16 @@ class _ComputeParts:
 
 
 def _compute_parts(census, parameters: int, gpu: StepGpu, config: StepConfig, token_scale: float):
-    """The non-Linear compute terms from the census, at `token_scale` times the traced token count."""
+    """The non-Linear compute terms from the census, at `token_scale` times the traced token count, each at
+    its share on one GPU under the set-up's parallelism (`step_parallel.ComputeShares`)."""
     from fp8advisor.predict.roofline import gemm_time_s
 
     specs = gpu.specs
+    shares = ComputeShares.of(config)
     attention_rate = specs.bf16_flops * ATTENTION_PEAK_FRACTION
-    attention_forward_flops = sum(call.forward_flops * call.count for call in census.attention) * token_scale
+    attention_forward_flops = (
+        sum(call.forward_flops * call.count for call in census.attention) * token_scale * shares.attention
+    )
     attention_calls = sum(call.count for call in census.attention)
     attention_forward = max(attention_forward_flops / attention_rate, attention_calls * specs.kernel_floor_s)
     attention = attention_forward + max(
@@ -321,25 +349,26 @@ def _compute_parts(census, parameters: int, gpu: StepGpu, config: StepConfig, to
         # counted once (a batched GEMM reads one per batch): an undercount of bytes where it is memory-bound
         rows = max(1, round(call.batch * call.M * token_scale))
         matmul_forward += call.count * gemm_time_s(rows, call.K, call.N, "bf16", specs)
+    matmul_forward *= shares.elementwise
     matmul = 3 * matmul_forward  # forward, and the two GEMMs of its backward
 
     memory_forward = 0.0
     for region in census.regions:
         region_bytes = region.activation_bytes * token_scale + region.parameter_bytes
-        memory_forward += region.count * gpu.memory_time_s(region_bytes)
+        memory_forward += region.count * gpu.memory_time_s(region_bytes * shares.elementwise)
     memory = memory_forward * (1 + MEMORY_BACKWARD_FACTOR)
 
-    logits = math.prod(census.output_shape) * token_scale if census.output_shape else 0
+    logits = math.prod(census.output_shape) * token_scale * shares.elementwise if census.output_shape else 0
     loss = gpu.memory_time_s(LOSS_BYTES_PER_LOGIT * logits, kernels=2) if logits else 0.0
 
-    shard = parameters / config.world_size
+    shard = parameters / shares.optimizer_shard
     optimizer = (
         gpu.memory_time_s(ADAMW_TENSORS_MOVED * config.optimizer_state_bytes * shard) / config.grad_accum
     )
     bandwidth = f"{specs.bandwidth_bytes_per_s * specs.bandwidth_efficiency / 1e12:.3g} TB/s"
     basis = {
         "attention": (
-            f"{attention_calls} fused call(s), {attention_forward_flops:.3g} forward FLOPs x "
+            f"{attention_calls} fused call(s), {attention_forward_flops:.3g} forward FLOPs on this GPU x "
             f"(1 + {ATTENTION_BACKWARD_FLOPS}) at {attention_rate / 1e12:.0f} TFLOP/s "
             f"(FlashAttention-2 on H100: 335/989 of the bf16 peak)"
         ),
@@ -350,28 +379,13 @@ def _compute_parts(census, parameters: int, gpu: StepGpu, config: StepConfig, to
         ),
         "loss": f"cross-entropy over {logits:.3g} logits x {LOSS_BYTES_PER_LOGIT} bytes at {bandwidth}",
         "optimizer": (
-            f"AdamW over {shard:.3g} parameters (1/{config.world_size} shard) x {ADAMW_TENSORS_MOVED} "
+            f"AdamW over {shard:.3g} parameters (1/{shares.optimizer_shard} shard) x {ADAMW_TENSORS_MOVED} "
             f"tensors x {config.optimizer_state_bytes} bytes at {bandwidth}; per {config.grad_accum} step(s)"
         ),
     }
     return _ComputeParts(
         attention, attention_forward, matmul, matmul_forward, memory, memory_forward, loss, optimizer, basis
     )
-
-
-def _communication_s(
-    layers: Sequence[Any], converted: frozenset[str], parameters: int, gpu: StepGpu, config: StepConfig
-) -> float:
-    """All FSDP traffic of one step on one GPU (before overlap): two all-gathers and one reduce-scatter."""
-    if config.world_size == 1:
-        return 0.0
-    fraction = (config.world_size - 1) / config.world_size
-    gathered = BYTES_PER_BF16 * parameters
-    if config.float8_all_gather:
-        float8_weights = sum(layer.K * layer.N for layer in layers if layer.fqn in converted)
-        gathered -= (BYTES_PER_BF16 - 1) * float8_weights  # one byte per element instead of two
-    reduced = config.gradient_reduce_bytes * parameters
-    return fraction * (2 * gathered + reduced) / gpu.interconnect_bytes_per_s
 
 
 def predict_step(
@@ -415,18 +429,21 @@ def predict_step(
         config, parts, timed, converted, grouped, converted_experts
     )
     efficiency = calibration.in_step_efficiency
+    stages = config.pp
 
     def scaled(seconds: float) -> float:
-        return seconds / efficiency
+        return seconds / efficiency / stages
 
-    in_step = f"; / in-step efficiency {efficiency:.3g} ({calibration.fitted_to})"
-    linear_provenance = _weakest_or_modelled(
+    in_step = f"; / in-step efficiency {efficiency:.3g} ({calibration.fitted_to})" + (
+        f"; one of {stages} pipeline stages" if stages > 1 else ""
+    )
+    linear_provenance = weakest_or_modelled(
         p for layer in timed for p in (layer.provenance, layer.bf16_provenance) if p
     )
     terms = [
-        *_linear_terms(in_float8, in_bf16, scaled, in_step),
-        *_other_gemm_terms(model_layers, timed, gpu, scaled, in_step),
-        *_expert_terms(experts_float8, experts_bf16, scaled, in_step),
+        *linear_terms(in_float8, in_bf16, scaled, in_step),
+        *other_gemm_terms(model_layers, timed, gpu, scaled, in_step),
+        *expert_terms(experts_float8, experts_bf16, scaled, in_step),
         Term("attention", scaled(parts.attention_s), MODELLED, parts.basis["attention"] + in_step),
         Term("matmul", scaled(parts.matmul_s), MODELLED, parts.basis["matmul"] + in_step),
         Term("memory_bound", scaled(parts.memory_s), MODELLED, parts.basis["memory"] + in_step),
@@ -440,14 +457,54 @@ def predict_step(
         ),
         Term("optimizer", scaled(parts.optimizer_s), MODELLED, parts.basis["optimizer"] + in_step),
     ]
-    compute_s = sum(term.seconds for term in terms)
-    communication = _communication_s(timed, converted, parameters, gpu, config)
-    terms.append(_communication_term(communication, compute_s, gpu, config))
-    tokens = max(1, round(model_layers.tokens * token_scale))
-    speedups = _speedups_provenance(in_float8, experts_float8)
+
+    def linear_s(layer) -> float:  # in-step seconds of one Linear, for async TP's overlap
+        return scaled(layer.float8_time_s if layer.fqn in converted else layer.bf16_time_s)
+
+    if config.tp > 1:  # in every strategy's step alike, zero where nothing is in float8
+        seconds, basis = tp_cast_adjustment(timed, converted, config, gpu.memory_time_s)
+        terms.append(Term("tp_float8_casts", scaled(seconds), MODELLED, basis + in_step))
+    communication = _communication_terms(
+        terms, model_layers, timed, converted, linear_s, scaled(parts.attention_s), gpu, config
+    )
+    tokens = max(1, round(model_layers.tokens * token_scale / (config.tp * config.pp)))
+    speedups = speedups_provenance(in_float8, experts_float8)
     return StepPrediction(
         name, label, len(in_float8), tokens, tuple(terms), communication, speedups, len(experts_float8)
     )
+
+
+def _communication_terms(
+    terms: list[Term], model_layers, timed, converted, linear_s, attention_s: float, gpu: StepGpu, config
+) -> float:
+    """Append the pipeline bubble and the communication terms to `terms` (what shows of each); return all the
+    step's communication before overlap (`StepPrediction.communication_s`)."""
+    topology = gpu.topology(config)
+    if config.pp > 1:
+        compute_s = sum(term.seconds for term in terms)
+        fraction = bubble_fraction(config, model_layers.batch)
+        terms.append(
+            Term(
+                "pipeline_bubble",
+                compute_s * fraction,
+                MODELLED,
+                f"1F1B over {config.pp} stages, {model_layers.batch} micro-batch(es) of one sequence: "
+                f"(pp - 1) / m = {fraction:.3g} of the stage's compute",
+            )
+        )
+    parallel: list[Communication] = [
+        c
+        for c in (
+            tp_communication(timed, converted, linear_s, topology, config),
+            cp_communication(model_layers.census, attention_s, topology, config),
+        )
+        if c is not None
+    ]
+    terms.extend(Term(c.name, c.exposed_s, MODELLED, c.basis) for c in parallel)
+    fsdp_s, fsdp_basis = fsdp_communication(timed, converted, model_layers.parameter_count, topology, config)
+    busy_s = sum(term.seconds for term in terms)
+    terms.append(Term("communication", max(0.0, fsdp_s - busy_s), MODELLED, fsdp_basis))
+    return fsdp_s + sum(c.total_s for c in parallel)
 
 
 def _recompute(
@@ -486,122 +543,10 @@ def _recompute(
     return recompute, recompute_words, recomputed_fqns
 
 
-def _linear_terms(in_float8, in_bf16, scaled: Callable[[float], float], in_step: str) -> list[Term]:
-    """The Linear layers' two terms: those in float8, those in bf16."""
-    return [
-        Term(
-            "linear_float8",
-            scaled(sum(layer.float8_time_s for layer in in_float8)),
-            _weakest_or_modelled(
-                p for layer in in_float8 for p in (layer.provenance, layer.bf16_provenance) if p
-            ),
-            f"{len(in_float8)} Linear layer(s) in float8: the profile's bf16 time / predicted speedup"
-            + in_step,
-        ),
-        Term(
-            "linear_bf16",
-            scaled(sum(layer.bf16_time_s for layer in in_bf16)),
-            _weakest_or_modelled(layer.bf16_provenance for layer in in_bf16 if layer.bf16_provenance),
-            f"{len(in_bf16)} Linear layer(s) in bf16: the profile's bf16 forward+backward time" + in_step,
-        ),
-    ]
-
-
-def _other_gemm_terms(
-    model_layers, timed: Sequence[Any], gpu: StepGpu, scaled: Callable[[float], float], in_step: str
-) -> list[Term]:
-    """The GEMM layers the forward runs that no prediction prices (`OTHER_GEMMS`), in bf16; none when every
-    such layer is priced. Grouped experts' weights are the expert terms' (or, unpriced, noted by the step)."""
-    from fp8advisor.predict.roofline import linear_gemm_time_s
-
-    groups = getattr(model_layers, "expert_groups", ())
-    skipped = {layer.fqn for layer in timed}
-    skipped |= {fqn for group in groups if group.form is ExpertForm.GROUPED for fqn in group.member_fqns}
-    others = [
-        layer
-        for layer in getattr(model_layers, "layers", ())
-        if any(M > 0 for M in layer.M_per_call) and layer.fqn not in skipped
-    ]
-    if not others:
-        return []
-    seconds = sum(  # output, grad_input and grad_weight GEMMs
-        linear_gemm_time_s(M, layer.K, layer.N, "bf16", gpu.specs)
-        for layer in others
-        for M in layer.M_per_call
-        if M > 0
-    )
-    return [
-        Term(
-            OTHER_GEMMS,
-            scaled(seconds),
-            MODELLED,
-            f"{len(others)} GEMM layer(s) without a prediction (not convertible, or not nn.Linear; e.g. "
-            f"{others[0].fqn}), bf16 at torchao's GEMM roofline, forward and two backward GEMMs" + in_step,
-        )
-    ]
-
-
-def _communication_term(communication: float, compute_s: float, gpu: StepGpu, config: StepConfig) -> Term:
-    """The FSDP traffic that the step's compute does not hide (`communication`: all of it, before overlap)."""
-    exposed = max(0.0, communication - compute_s)
-    return Term(
-        "communication",
-        exposed,
-        MODELLED,
-        (
-            f"FSDP over {config.world_size} GPUs: {communication * 1e3:.3g} ms of all-gather x2 + "
-            f"reduce-scatter at {gpu.interconnect_bytes_per_s / 1e9:.0f} GB/s per direction; overlapped "
-            "with compute, only the excess shows"
-            + (" (float8 all-gather of converted weights)" if config.float8_all_gather else "")
-        )
-        if config.world_size > 1
-        else "one GPU: no FSDP traffic",
-    )
-
-
-def _speedups_provenance(in_float8, experts_float8) -> str | None:
-    """The weakest provenance of the float8 speedups the step rests on (None: nothing in float8)."""
-    speedups = (
-        _weakest_or_modelled(layer.provenance for layer in in_float8 if layer.provenance)
-        if in_float8
-        else None
-    )
-    if experts_float8:
-        speedups = _weakest_or_modelled(
-            [*([speedups] if speedups else []), *(e.provenance for e in experts_float8 if e.provenance)]
-        )
-    return speedups
-
-
-def _expert_terms(experts_float8, experts_bf16, scaled: Callable[[float], float], in_step: str) -> list[Term]:
-    """The routed experts' two terms (float8, bf16); none for a model without grouped experts."""
-    if not experts_float8 and not experts_bf16:
-        return []
-    return [
-        Term(
-            "experts_float8",
-            scaled(sum(e.float8_time_s for e in experts_float8)),
-            # the weakest of the bf16 time's (always the grouped roofline: `predict.speedup.GroupTimes`) and
-            # the speedups' provenance: a measured speedup over a modelled bf16 time gives modelled seconds
-            _weakest_or_modelled([MODELLED, *(e.provenance for e in experts_float8 if e.provenance)]),
-            f"{len(experts_float8)} routed expert group(s) in float8 (rowwise grouped GEMMs): the grouped "
-            "roofline's bf16 time / predicted speedup at balanced routing" + in_step,
-        ),
-        Term(
-            "experts_bf16",
-            scaled(sum(e.bf16_time_s for e in experts_bf16)),
-            MODELLED,
-            f"{len(experts_bf16)} routed expert group(s) in bf16: the grouped roofline's forward+backward "
-            "time at balanced routing" + in_step,
-        ),
-    ]
-
-
 __all__ = [
     "ADAMW_TENSORS_MOVED",
     "ATTENTION_BACKWARD_FLOPS",
     "ATTENTION_PEAK_FRACTION",
-    "INTERCONNECT_BYTES_PER_S",
     "LINEAR_FORWARD_SHARE",
     "LOSS_BYTES_PER_LOGIT",
     "MEMORY_BACKWARD_FACTOR",

@@ -203,10 +203,11 @@ def step_report(
     groups at each token count, as the advice would there.
     """
     config.check(advice.recipe)
-    calibration = calibration or Calibration.load()
+    config = config.for_recipe(advice.recipe)
+    calibration = calibration or Calibration.load(family=gpu.family)
     experts = tuple(getattr(advice, "experts", ()))
     predictions = _strategy_steps(advice, model_layers, experts, gpu, config, calibration)
-    notes = _step_notes(advice, model_layers, experts)
+    notes = _step_notes(advice, model_layers, experts, config)
     break_even = None
     if break_even_target is not None:
         speedup_at = _advice_speedup_at(
@@ -282,12 +283,10 @@ def step_speedup_of(model_layers, gpu: StepGpu, config: StepConfig, calibration:
     """`StepSpeedup` for `--recipe auto` (`fp8advisor.advice.recipe_choice`): the step speedup over bf16 of a
     recipe's decided layers and expert groups in this set-up (float8 all-gather only where the recipe has it:
     tensorwise)."""
-    from fp8advisor.recipes import Recipe
-
-    calibration = calibration or Calibration.load()
+    calibration = calibration or Calibration.load(family=gpu.family)
 
     def step_speedup(recipe, layers, groups) -> float:
-        setup = replace(config, float8_all_gather=config.float8_all_gather and recipe is Recipe.TENSORWISE)
+        setup = config.for_recipe(recipe)
         return _decided_speedup(model_layers, layers, groups, gpu=gpu, config=setup, calibration=calibration)
 
     return step_speedup
@@ -346,12 +345,22 @@ def _strategy_steps(
     return predictions
 
 
-def _step_notes(advice, model_layers, experts: tuple) -> list[str]:
-    """What a step is here, and what the step model leaves out (an incomplete trace, the experts' parts)."""
+def _step_notes(advice, model_layers, experts: tuple, config: StepConfig) -> list[str]:
+    """What a step is here, and what the step model leaves out (an incomplete trace, the experts' parts,
+    what it gets wrong of rowwise recipes under tensor parallelism)."""
     notes = [
-        "a step here is one micro-step of batch x seq tokens on one GPU; tokens/s is per GPU",
-        "speedups do not depend on the in-step efficiency (it divides every compute term alike)",
+        "a step here is one micro-step of batch x seq tokens of one data-parallel rank; tokens/s is per GPU "
+        "(over tp x cp x pp GPUs, as torchtitan counts them)",
+        "speedups depend on the in-step efficiency only through communication that shows",
     ]
+    if config.tp > 1 and advice.recipe.value.startswith("rowwise"):
+        notes.append(
+            "rowwise + tensor parallelism: on published runs (torchtitan issue 1207, its async-TP "
+            "benchmarks) this model predicted the step speedup 2-11% too high (median 4.9%), on the wrong "
+            "side of 1.0 in 2 of 5: small column-parallel shards (wk/wv) ran slower than their shapes "
+            "predict there; treat a predicted gain under 10% as none (docs/benchmarks.md, the training "
+            "step model)"
+        )
     if model_layers.census is not None and not model_layers.census.complete:
         notes.append("tracing stopped part-way: attention and memory-bound terms cover only what ran")
     expert_parallel = getattr(advice, "expert_parallel", 1)

@@ -3,7 +3,7 @@
 `app` (in `fp8advisor.cli.application`) holds the Typer application, the consoles and the error handling; each
 command lives in its own module of this package, which parses, calls the library and renders:
 `layers_cmd`, `suggest_cmd` (its report drawn by `suggest_view`, the training step by `step_view`, `--current`
-by `current_view`), `verify_cmd`,
+by `current_view`; its set-up options read by `parallel_options`), `verify_cmd`,
 `bench_cmd` (its results drawn by `bench_view`; `bench_model` for `bench --model`), `fit_cmd`.
 """
 

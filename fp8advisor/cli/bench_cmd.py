@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +19,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from fp8advisor.cli.application import command, console, err_console
+from fp8advisor.cli.application import command, console, err_console, resume_command
 from fp8advisor.cli.bench_view import (
     print_budget_stop,
     print_summary,
@@ -169,11 +171,22 @@ def bench(
         str | None,
         typer.Option("--profile", help="With --model: the profile whose advice seeds the search."),
     ] = None,
+    gpus: Annotated[
+        str | None,
+        typer.Option(
+            "--gpus",
+            help="all | N: measure the grid in N processes at once, one per GPU of this machine, each its "
+            "own --shard, into one --out (started by torchrun, which starts them again should one die; the "
+            "same command resumes). With --emulate: N CPU processes. Across machines: torchrun -m "
+            "fp8advisor bench ... (see the README).",
+        ),
+    ] = None,
 ) -> None:
     """Measure float8 against bf16 on this GPU over a grid of (M, K, N): torchao's LayerNorm-Linear-Sigmoid
     block, forward + backward, under torch.compile. With --model, measure the model's own blocks instead.
     Results go to --out as JSON Lines; Ctrl-C stops cleanly, --time-budget stops in time, and the same
-    command resumes."""
+    command resumes. Under torchrun, each of its processes measures shard RANK+1 of WORLD_SIZE on GPU
+    LOCAL_RANK."""
     started = time.monotonic()
     options = _BenchOptions(
         grid=grid,
@@ -194,25 +207,25 @@ def bench(
         batch=batch,
         seq=seq,
         profile=profile,
+        gpus=gpus,
     )
+    worker = _torchrun_worker(options)  # None unless torchrun started this process beside others
+    if gpus is not None and _launch(options, png):
+        return
     if model is not None:
         _bench_model(options, started)
         return
     _check_grid_options(options)
-    sweep = _prepare_sweep(options)
+    sweep = _prepare_sweep(options, worker)
     _print_plan(sweep, options)
-    summary = _run_sweep(sweep, options, started)
+    summary = _run_sweep(sweep, options, started, worker)
     print_summary(summary, emulate, grouped)
+    if worker is not None:
+        _print_worker_end(sweep, summary)
+        return
     if summary.stopped_by_budget:
         print_budget_stop(summary, time_budget)
-    if not summary.runs:
-        return
-    if grouped:
-        render_grouped_speedups(summary.runs)
-        return
-    render_heatmaps(summary.runs)
-    if png:
-        _write_png(summary)
+    _render_results(summary.runs, grouped, png, summary.path)
 
 
 @dataclass(frozen=True)
@@ -238,6 +251,135 @@ class _BenchOptions:
     batch: int
     seq: int | None
     profile: str | None
+    gpus: str | None = None
+
+
+def _render_results(runs, grouped: bool, png: bool, latest: Path | None) -> None:
+    """The speedups of `runs`: a table per recipe (grouped) or heatmaps, and their PNG beside `latest` (the
+    newest run file) with `png`."""
+    if not runs:
+        return
+    if grouped:
+        render_grouped_speedups(runs)
+        return
+    render_heatmaps(runs)
+    if png:
+        _write_png(runs, latest or runs[-1].path)
+
+
+# --- several processes: the launcher (--gpus) and torchrun's workers ---------------------------------------
+
+
+def _torchrun_worker(options: _BenchOptions):
+    """This process's place when torchrun started it beside others (`launch.TorchrunWorker`), with its GPU
+    chosen (before anything touches CUDA); None otherwise. Options that would give two workers the same
+    points are refused."""
+    from fp8advisor.measure.launch import TorchrunWorker, pin_gpu
+
+    worker = TorchrunWorker.from_environment()
+    if worker is None:
+        return None
+    if options.gpus is not None:
+        raise AdvisorError(
+            "--gpus starts torchrun itself: under torchrun, leave it out",
+            hint="torchrun --nproc-per-node N -m fp8advisor bench ... (each process measures a shard)",
+        )
+    if worker.world_size == 1:
+        return None
+    place = f"this is torchrun's process {worker.rank + 1} of {worker.world_size}"
+    if options.shard is not None:
+        raise AdvisorError(
+            f"--shard {options.shard}: {place}, which measures shard {worker.shard} (RANK+1 of WORLD_SIZE)",
+            hint="leave --shard out under torchrun; or run --shard I/N without torchrun",
+        )
+    if options.model is not None:
+        raise AdvisorError(
+            f"--model measures one model's blocks in one process, and {place}",
+            hint="run bench --model without torchrun (or with one process)",
+        )
+    if not options.emulate:
+        pin_gpu(worker.local_rank)
+    return worker
+
+
+def _launch(options: _BenchOptions, png: bool) -> bool:
+    """--gpus: check everything, then run this command in one torchrun process per GPU (or per --emulate'd
+    CPU process) and report the whole grid; exits with torchrun's status. False when one process is asked
+    for: this one then measures the grid itself."""
+    from fp8advisor.measure import launch
+
+    processes = _processes(options)
+    _check_grid_options(options)
+    sweep = _prepare_sweep(options, None)
+    shapes = len(set(sweep.grid.shapes))
+    if processes > shapes:
+        raise AdvisorError(
+            f"--gpus {processes}: the grid has {shapes} shape(s), and each process measures whole shapes",
+            hint=f"use --gpus {shapes} or fewer, or a larger grid",
+        )
+    if processes == 1:
+        return False
+    with launch.ShardLock(sweep.out, None):
+        pass  # nothing else writes to --out now: say so before starting the workers
+    arguments = launch.without_gpus(sys.argv[1:])
+    _print_plan(sweep, options, processes)
+    interrupted, code = launch.run_torchrun(
+        launch.torchrun_command(processes, arguments), launch.torchrun_environment()
+    )
+    saved, runs = _grid_on_disk(sweep)
+    total = len(sweep.grid.points())
+    console.print(
+        f"the whole grid: {saved} of {total} points are saved in {sweep.out}; "
+        f"`fp8advisor fit {sweep.out}` merges its {len(runs)} run file(s)"
+    )
+    if saved < total:
+        console.print(
+            styled(f"{total - saved} point(s) left: the same command resumes them:\n  {resume_command()}")
+        )
+    if interrupted:
+        raise typer.Exit(130)
+    if code != 0:
+        err_console.print(f"torchrun ended with status {code} (its workers' messages are above)")
+        raise typer.Exit(code)
+    _render_results(runs, options.grouped, png, None)
+    return True
+
+
+def _processes(options: _BenchOptions) -> int:
+    """--gpus as a number of processes (`launch.process_count`), with no option that picks the points."""
+    from fp8advisor.measure.launch import process_count
+
+    assert options.gpus is not None
+    for option, given in (("--model", options.model), ("--shard", options.shard)):
+        if given is not None:
+            where = " (or run --shard I/N on each machine, without --gpus)" if option == "--shard" else ""
+            raise AdvisorError(
+                f"--gpus gives each process a shard of the grid; {option} does not go with it",
+                hint=f"leave {option} out with --gpus{where}",
+            )
+    return process_count(options.gpus, emulate=options.emulate)
+
+
+def _grid_on_disk(sweep: _Sweep):
+    """The whole grid's points saved in --out (every shard's) and the runs holding them."""
+    from fp8advisor.measure.sweep import grid_on_disk
+
+    return grid_on_disk(sweep.grid, sweep.out, sweep.settings, sweep.workload)
+
+
+def _print_worker_end(sweep: _Sweep, summary) -> None:
+    """A torchrun worker's last lines: the whole grid's points saved so far, and how to go on."""
+    prefix = f"[shard {summary.shard}]"
+    if summary.stopped_by_budget:
+        console.print(
+            f"{prefix} time budget: stopped before a point that would not have finished in time; "
+            f"{summary.left_points} point(s) of the shard left: the same command resumes them"
+        )
+    saved, _runs = _grid_on_disk(sweep)
+    console.print(
+        f"{prefix} the whole grid: {saved} of {len(sweep.grid.points())} points are saved in {sweep.out} "
+        "(the other shards may be measuring still)"
+    )
 
 
 def _bench_model(options: _BenchOptions, started: float) -> None:
@@ -306,9 +448,9 @@ class _Sweep:
     shard: Shard | None  # None: the whole grid
 
 
-def _prepare_sweep(options: _BenchOptions) -> _Sweep:
+def _prepare_sweep(options: _BenchOptions, worker) -> _Sweep:
     """Check the shard, budget, compile options, results directory and GPU before the work; then choose the
-    grid."""
+    grid. A torchrun `worker` measures its own shard."""
     from fp8advisor.device import require_fp8_gpu
     from fp8advisor.files import check_output_directory
     from fp8advisor.measure.linear import LINEAR, make_grid
@@ -317,6 +459,8 @@ def _prepare_sweep(options: _BenchOptions) -> _Sweep:
 
     out = options.out if options.out is not None else DEFAULT_OUT
     chosen_shard = Shard.parse(options.shard) if options.shard is not None else None
+    if worker is not None:
+        chosen_shard = worker.shard
     check_time_budget(options.time_budget)
     _check_compile_options(options)
     check_output_directory(out)
@@ -364,10 +508,13 @@ def _check_compile_options(options: _BenchOptions) -> None:
         )
 
 
-def _print_plan(sweep: _Sweep, options: _BenchOptions) -> None:
-    """The grid about to be measured: its shapes and configurations, where the results go, and its limits."""
+def _print_plan(sweep: _Sweep, options: _BenchOptions, processes: int | None = None) -> None:
+    """The grid about to be measured: its shapes and configurations, where the results go, and its limits;
+    `processes`: the torchrun workers that share it."""
     chosen, kind = sweep.grid, "grouped " if options.grouped else ""
     extras = [f"shard {sweep.shard}"] if sweep.shard else []
+    if processes is not None:
+        extras.append(f"{processes} processes started by torchrun, a shard each")
     extras += [f"time budget {options.time_budget:.0f} s"] if options.time_budget is not None else []
     left_out = getattr(chosen, "left_out", ())
     if left_out:
@@ -383,11 +530,55 @@ def _print_plan(sweep: _Sweep, options: _BenchOptions) -> None:
     )
 
 
-def _run_sweep(sweep: _Sweep, options: _BenchOptions, started: float):
-    """Measure under a progress bar per stage; on Ctrl-C, say what is saved and exit 130."""
+def _run_sweep(sweep: _Sweep, options: _BenchOptions, started: float, worker=None):
+    """Measure under a progress bar per stage (a torchrun `worker`: a line per point, prefixed with its
+    shard); on Ctrl-C, say what is saved and exit 130."""
     from fp8advisor.measure import sweep as bench_module
     from fp8advisor.measure.sweep import SweepInterrupted
 
+    if worker is not None:
+        progress, on_progress = contextlib.nullcontext(), _progress_lines(f"[shard {sweep.shard}]")
+    else:
+        progress, on_progress = _progress_bars()
+    try:
+        with progress:
+            return bench_module.run_sweep(
+                sweep.grid,
+                sweep.out,
+                sweep.settings,
+                shard=sweep.shard,
+                time_budget_s=options.time_budget,
+                started=started,
+                on_progress=on_progress,
+                **({"workload": sweep.workload} if options.grouped else {}),
+            )
+    except SweepInterrupted as interrupted:
+        summary = interrupted.summary
+        err_console.print(  # a Text: the console shows a line break in a string as its escape
+            styled(
+                f"\ninterrupted: {summary.saved_points} of {summary.total_points} points are saved in "
+                f"{sweep.out} ({len(summary.records)} from this run). Run the same command again to resume."
+            )
+        )
+        raise typer.Exit(130) from None
+
+
+def _progress_lines(prefix: str):
+    """on_progress printing a plain line per point compiled or measured: torchrun's workers share a terminal,
+    where live bars would draw over each other."""
+    shown: dict[str, int] = {}
+
+    def on_progress(stage: str, completed: int, total: int, description: str) -> None:
+        if completed > shown.get(stage, 0):
+            shown[stage] = completed
+            done = "compiled" if stage == "compile" else "measured"
+            console.print(f"{prefix} {done} {completed}/{total}: {description}", soft_wrap=True)
+
+    return on_progress
+
+
+def _progress_bars():
+    """A Rich progress display with a bar per stage, and the on_progress that drives it."""
     progress = Progress(
         TextColumn("{task.description:<12}", markup=False),
         BarColumn(),
@@ -406,34 +597,15 @@ def _run_sweep(sweep: _Sweep, options: _BenchOptions, started: float):
             tasks[stage] = progress.add_task(stage, total=total, point="")
         progress.update(tasks[stage], completed=completed, total=total, point=description)
 
-    try:
-        with progress:
-            return bench_module.run_sweep(
-                sweep.grid,
-                sweep.out,
-                sweep.settings,
-                shard=sweep.shard,
-                time_budget_s=options.time_budget,
-                started=started,
-                on_progress=on_progress,
-                **({"workload": sweep.workload} if options.grouped else {}),
-            )
-    except SweepInterrupted as interrupted:
-        summary = interrupted.summary
-        err_console.print(
-            f"\ninterrupted: {summary.saved_points} of {summary.total_points} points are saved in "
-            f"{sweep.out} ({len(summary.records)} from this run). Run the same command again to resume."
-        )
-        raise typer.Exit(130) from None
+    return progress, on_progress
 
 
-def _write_png(summary) -> None:
+def _write_png(runs, latest: Path) -> None:
     """The heatmaps as a PNG beside the latest results file (none, with a word why, without matplotlib)."""
     from fp8advisor.measure.heatmaps import speedup_heatmaps_png
 
-    latest = summary.path or summary.runs[-1].path
     try:
-        written = speedup_heatmaps_png(summary.runs, latest.with_name(latest.stem + "-heatmap.png"))
+        written = speedup_heatmaps_png(runs, latest.with_name(latest.stem + "-heatmap.png"))
     except AdvisorError as error:
         err_console.print(styled(("no PNG", "yellow"), f": {error}"), soft_wrap=True)
     else:

@@ -18,9 +18,7 @@ def print_step(step, advice: Advice) -> None:
     break-even point."""
     if step is None:
         console.print(
-            Text(
-                "training step: not predicted with tensor parallelism (--tp > 1 is not modelled)", style="dim"
-            )
+            Text("training step: not predicted (the model was inspected without an op census)", style="dim")
         )
         return
     _print_step_title(step)
@@ -45,14 +43,30 @@ def _print_step_title(step) -> None:
     console.print(
         Text("Predicted training step", style="bold")
         + Text(
-            f" ({step.gpu}, {config.world_size} GPU(s), --ac {config.ac.value}"
+            f" ({step.gpu}, {config.world_size} GPU(s){_parallel_words(config)}, --ac {config.ac.value}"
             + (f", --grad-accum {config.grad_accum}" if config.grad_accum > 1 else "")
             + (", float8 all-gather" if config.float8_all_gather else "")
-            + f"; in-step efficiency {step.calibration.in_step_efficiency:.3f}, fitted to one published bf16"
-            " throughput, leaves every speedup untouched)"
+            + f"; in-step efficiency {step.calibration.in_step_efficiency:.3f} ("
+            + step.calibration.fitted_to.split(":")[0]
+            + "), a speedup depends on it only where communication shows)"
         ),
         soft_wrap=True,
     )
+
+
+def _parallel_words(config) -> str:
+    """`: FSDP 32 x TP 8` and the like: every degree above 1 (FSDP first), empty for plain FSDP."""
+    degrees = [
+        ("HSDP replicas", config.dp_replicate),
+        ("TP", config.tp),
+        ("CP", config.cp),
+        ("PP", config.pp),
+    ]
+    shown = [f"{name} {degree}" for name, degree in degrees if degree > 1]
+    if not shown:
+        return ""
+    fsdp = [f"FSDP {config.dp_shard}"] if config.dp_shard > 1 else []
+    return ": " + " x ".join([*fsdp, *shown]) + (", async TP" if config.async_tp else "")
 
 
 def _step_table(step) -> Table:

@@ -13,6 +13,7 @@ from fp8advisor.advice.linears import default_predictor
 from fp8advisor.advice.records import Advice
 from fp8advisor.cli.application import command, console, err_console, warn_passed_over
 from fp8advisor.cli.current_view import print_current, print_current_brief
+from fp8advisor.cli.parallel_options import ParallelOptions, step_config_of
 from fp8advisor.cli.step_view import print_step
 from fp8advisor.cli.suggest_view import print_brief, print_in_context, print_report
 from fp8advisor.cli.terminal import plain
@@ -131,7 +132,27 @@ def suggest(
     gpu: str | None = typer.Option(
         None, "--gpu", help="GPU of the step model and profile: H100, H200, B200, ... (default: this one)."
     ),
-    world_size: int = typer.Option(1, "--world-size", help="FSDP degree (GPUs sharing the parameters)."),
+    world_size: int | None = typer.Option(
+        None, "--world-size", help="GPUs in the job (default: 1, or --nodes x --gpus-per-node)."
+    ),
+    context_parallel: int = typer.Option(
+        1, "--cp", help="Context-parallel degree (each GPU holds 1/cp of every sequence)."
+    ),
+    pipeline_parallel: int = typer.Option(1, "--pp", help="Pipeline-parallel degree (1F1B schedule)."),
+    dp_replicate: int = typer.Option(1, "--dp-replicate", help="HSDP: replicas of the FSDP group."),
+    dp_shard: int | None = typer.Option(
+        None, "--dp-shard", help="FSDP degree (default: what the world size leaves after the other degrees)."
+    ),
+    nodes: int | None = typer.Option(None, "--nodes", help="Nodes in the job (sets --world-size)."),
+    gpus_per_node: int | None = typer.Option(
+        None, "--gpus-per-node", help="GPUs per NVLink domain (default: the GPU system's, e.g. 8; GB200 72)."
+    ),
+    inter_node_gbps: float | None = typer.Option(
+        None, "--inter-node-gbps", help="Network bandwidth per GPU across nodes, Gb/s (default: datasheet)."
+    ),
+    async_tp: bool = typer.Option(
+        False, "--async-tp", help="TP collectives overlap their GEMMs (torchtitan's async TP)."
+    ),
     ac: str = typer.Option("none", "--ac", help="Activation checkpointing: none, selective or full."),
     grad_accum: int = typer.Option(1, "--grad-accum", help="Micro-steps per optimizer step."),
     float8_all_gather: bool = typer.Option(
@@ -171,12 +192,29 @@ def suggest(
         grouped_profile=grouped_profile,
         expert_imbalance=expert_imbalance,
         float8_all_gather=float8_all_gather,
+        context_parallel=context_parallel,
     )
     if recipe != AUTO:
         parse_recipe(recipe)  # a clear error before the model is built
-    step_config = _step_config(world_size, ac, grad_accum, float8_all_gather, recipe)
-    if gpu is not None:
-        get_specs(gpu)  # an unknown GPU fails before the work
+    step_config = step_config_of(
+        ParallelOptions(
+            world_size,
+            tensor_parallel,
+            context_parallel,
+            pipeline_parallel,
+            dp_replicate,
+            dp_shard,
+            nodes,
+            gpus_per_node,
+            inter_node_gbps,
+            async_tp,
+        ),
+        ac,
+        grad_accum,
+        float8_all_gather,
+        recipe,
+        None if gpu is None else get_specs(gpu).family,  # an unknown GPU fails before the work
+    )
     current_file = _read_current(current)  # a file that cannot be used fails before the work
     destination = _destination(
         request, fmt, output, check_file, as_json=as_json, force=force, current=current
@@ -261,7 +299,7 @@ def _advise(request: SuggestRequest, destination: _Destination, gpu: str | None)
     from fp8advisor.predict.selection import select_profile
 
     with err_console.status(f"inspecting {request.target} ..."):
-        model_layers = inspect_model(request.target, batch=request.batch, seq=request.seq)
+        model_layers = inspect_model(request.target, batch=request.batch, seq=request.traced_seq)
     choice = select_profile(request.profile, grouped=request.grouped_profile, device_name=gpu)
     allowed = _recipes_the_format_holds(destination.config_format, request.float8_all_gather)
     # --check regenerates exactly as the file's own command says: in-context results only when it names them
@@ -417,20 +455,6 @@ def _in_context_reader(
     )
 
 
-def _step_config(world_size: int, ac: str, grad_accum: int, float8_all_gather: bool, recipe: str):
-    from fp8advisor.advice.step import Checkpointing, StepConfig
-    from fp8advisor.errors import parse_choice
-
-    config = StepConfig(
-        world_size=world_size,
-        ac=parse_choice(Checkpointing, ac, "--ac value"),
-        grad_accum=grad_accum,
-        float8_all_gather=float8_all_gather,
-    )
-    config.check(None if recipe == AUTO else parse_recipe(recipe))
-    return config
-
-
 def _step_gpu(choice, gpu: str | None):
     """The `StepGpu` of the step model: --gpu, else the GPU of the profile."""
     from fp8advisor.advice.step import StepGpu
@@ -441,16 +465,13 @@ def _step_gpu(choice, gpu: str | None):
 
 def _why_no_step(advice: Advice, model_layers) -> str | None:
     """Why the step model does not cover this set-up (None: it does)."""
-    if advice.tensor_parallel > 1:
-        return "not predicted with tensor parallelism (--tp > 1 is not modelled)"
     if getattr(model_layers, "census", None) is None:
         return "not predicted: the model was inspected without an op census"
     return None
 
 
 def _step_report(advice: Advice, model_layers, choice, gpu: str | None, config):
-    """The step model for the advice, or None with tensor parallelism (not modelled) or without an op census
-    (a model inspected by other means)."""
+    """The step model for the advice, or None without an op census (a model inspected by other means)."""
     from fp8advisor.advice.step_comparison import step_report
 
     if _why_no_step(advice, model_layers) is not None:

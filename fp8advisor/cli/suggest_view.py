@@ -135,8 +135,9 @@ def _print_layers(advice: Advice) -> None:
     if tp > 1:
         console.print(
             Text(
-                f"per GPU: the 1/{tp} slice predicted, K split (row-parallel) or N (column-parallel), "
-                "whichever float8 gains less from",
+                f"per GPU: the 1/{tp} slice predicted, as the framework's TP plan splits the layer (N "
+                "column-parallel, K row-parallel); for a layer no plan names, whichever float8 gains less "
+                "from",
                 style="dim",
             )
         )
@@ -224,7 +225,8 @@ def _print_recipe_options(advice: Advice) -> None:
     )
     by_step = any(option.predicted_step_speedup is not None for option in advice.recipe_options)
     columns = ("recipe", "provenance", "layers in float8", "speedup")
-    for name in columns + (("1-GPU step",) if by_step else ()):
+    ranked_by = "1-GPU step" if advice.tensor_parallel == 1 else f"TP {advice.tensor_parallel} step"
+    for name in columns + ((ranked_by,) if by_step else ()):
         options.add_column(name)
     for option in advice.recipe_options:
         step = (

@@ -82,6 +82,13 @@ def verify_command(
         show_default=False,
         help="Tensor-parallel degree, as for suggest. Default: the config's header, else 1.",
     ),
+    context_parallel: int | None = typer.Option(
+        None,
+        "--cp",
+        min=1,
+        show_default=False,
+        help="Context-parallel degree, as for suggest. Default: the config's header, else 1.",
+    ),
     expert_parallel: int | None = typer.Option(
         None,
         "--ep",
@@ -123,6 +130,7 @@ def verify_command(
         profile=profile,
         min_speedup=min_speedup,
         tensor_parallel=tensor_parallel,
+        context_parallel=context_parallel,
         measured=measured,
         expert_parallel=expert_parallel,
         grouped_profile=grouped_profile,

@@ -37,6 +37,7 @@ def header_lines(
         f"{GENERATED_MARK} {__version__} (fp8advisor suggest). Do not edit: regenerate it.",
         f"model: {request.target}  batch: {request.batch}  seq: {request.seq}"
         + (f"  tensor parallel: {request.tensor_parallel}" if request.tensor_parallel != 1 else "")
+        + (f"  context parallel: {request.context_parallel}" if request.context_parallel != 1 else "")
         + (f"  expert parallel: {request.expert_parallel}" if request.expert_parallel != 1 else "")
         + (f"  expert imbalance: {request.expert_imbalance:g}" if request.expert_imbalance != 1 else "")
         + ("  FSDP float8 all-gather: on" if request.float8_all_gather else ""),

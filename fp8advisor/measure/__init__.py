@@ -12,7 +12,8 @@ measured point, written so that a kill loses at most the point in flight and a r
 - `block_bench`: a model's blocks measured in context, `block_sweep` the sweep over them, with `block_search`
   choosing their float8 sets.
 - `schedule` (order, shards, time budget), `precompile` (compiling in worker processes), `timers` (the GPU and
-  CPU timers and their honesty checks).
+  CPU timers and their honesty checks), `launch` (one shard per GPU through torchrun: `bench --gpus`, the
+  worker's place from torchrun's variables, the locks that let shards share a directory).
 - The store: `results` (the files' format, reading them back, resume), `result_records` (the checks of each
   record read), `run_writer` (writing them),
   `speedups` (float8 over bf16, Linear or grouped), `heatmaps` (tables and PNG of a run).

@@ -14,6 +14,10 @@ autotuning choices behind), then this process measures it alone on the GPU, its 
 A time budget (`--time-budget`) is checked before each batch and each point; `--shard I/N` measures a slice of
 the grid. Each point is appended to the run file as soon as it is measured, so a stop, a Ctrl-C or a kill
 loses at most the point in flight and the same command resumes.
+
+Every process writes a run file of its own, so the shards of one grid measure side by side into one
+directory (`bench --gpus`, torchrun, a job array; the locks are `fp8advisor.measure.launch.ShardLock`), each
+resuming what the others saved; `grid_on_disk` counts the whole grid's points saved there.
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fp8advisor import interrupts
-from fp8advisor.files import DirectoryLock, check_output_directory
+from fp8advisor.files import absolute, check_output_directory
 from fp8advisor.interrupts import interrupts_kept
 from fp8advisor.measure import results as results_store
+from fp8advisor.measure.launch import ShardLock
 from fp8advisor.measure.protocol import BenchSettings, Measurement, failure_reason, measurement_fields
-from fp8advisor.measure.run_writer import RunWriter, make_header, new_run_id, utc_now
+from fp8advisor.measure.run_writer import RunWriter, make_header, new_run_id, run_file_name, utc_now
 from fp8advisor.measure.schedule import DurationEstimator, Shard, TimeBudget, batches, sweep_order
 from fp8advisor.measure.workload import Point, ShapeGrid, Workload
 
@@ -190,7 +195,8 @@ def run_sweep(
 
     Raises `DeviceError` without an FP8-capable GPU (unless emulating), `AdvisorError` when `shard` counts
     more shards than the grid has shapes (`Shard.check`, before anything is written), when `out_dir` cannot
-    be written or another sweep is writing to it (`DirectoryLock`), and `SweepInterrupted` on Ctrl-C.
+    be written or another sweep is writing to it (`launch.ShardLock`: the other shards of the same split
+    may), and `SweepInterrupted` on Ctrl-C.
     """
     from fp8advisor.device import require_fp8_gpu
 
@@ -202,29 +208,68 @@ def run_sweep(
     out_dir = Path(out_dir)
     check_output_directory(out_dir)
     workload = workload or grid.workload
-    # One sweep per directory at a time: two would both measure the points neither has saved yet.
-    with DirectoryLock(out_dir, what="bench"):
+    # One sweep per directory at a time, or the shards of one split, each its own: two sweeps of one point
+    # would both measure what neither has saved yet.
+    with ShardLock(out_dir, shard) as lock:
         return _run_locked(
-            grid, out_dir, settings, shard, time_budget_s, budget, on_progress, on_point, workload
+            grid, out_dir, settings, shard, time_budget_s, budget, on_progress, on_point, workload, lock
         )
 
 
-def _run_locked(
-    grid, out_dir, settings, shard, time_budget_s, budget, on_progress, on_point, workload
-) -> SweepSummary:
-    """`run_sweep`'s work, with `out_dir` locked: read what is saved, measure the rest into a new run file."""
+def _header(grid: ShapeGrid, settings: BenchSettings, workload: Workload, **fields) -> dict:
+    """A run header for a sweep of `grid` on this device (`fields`: the shard, the time budget)."""
     from fp8advisor.device import describe_device, software_versions
 
-    progress = on_progress or (lambda stage, completed, total, description: None)
-    header = make_header(
+    return make_header(
         run_id=new_run_id(),
         started=utc_now(),
         device=describe_device(emulate=settings.emulate),
         software=software_versions(),
         method=workload.method(settings.emulate),
         grid=grid.to_json(),
-        shard=shard.to_json() if shard else None,
-        time_budget_s=time_budget_s,
+        **fields,
+    )
+
+
+def grid_on_disk(
+    grid: ShapeGrid,
+    out_dir: Path,
+    settings: BenchSettings = DEFAULT_SETTINGS,
+    workload: Workload | None = None,
+) -> tuple[int, list[results_store.Run]]:
+    """The points of the whole `grid` saved in `out_dir` by runs a sweep on this device would resume, all
+    shards', and those runs (oldest first)."""
+    header = _header(grid, settings, workload or grid.workload)
+    runs = results_store.resumable_runs(Path(out_dir), header)
+    wanted = {point.key for point in grid.points()}
+    return len(results_store.done_keys(runs) & wanted), runs
+
+
+def _continued(earlier: list, points: list[Point], shard: Shard | None) -> list:
+    """The earlier runs a sweep continues: all of them, or for a shard those that saved a point of it (not
+    the other shards' runs, which may be measuring beside it)."""
+    if shard is None:
+        return earlier
+    mine = {point.key for point in points}
+    return [run for run in earlier if run.keys() & mine]
+
+
+def _create_run_file(out_dir: Path, header: dict, lock: ShardLock) -> RunWriter:
+    """The run's file, under a name no other process takes: created while no other shard creates one, with
+    another run id should a file of that name exist already."""
+    with lock.creating():
+        while absolute(out_dir / run_file_name(header["started"], header["run_id"])).exists():
+            header["run_id"] = new_run_id()
+        return RunWriter.create(out_dir, header)
+
+
+def _run_locked(
+    grid, out_dir, settings, shard, time_budget_s, budget, on_progress, on_point, workload, lock
+) -> SweepSummary:
+    """`run_sweep`'s work, with `out_dir` locked: read what is saved, measure the rest into a new run file."""
+    progress = on_progress or (lambda stage, completed, total, description: None)
+    header = _header(
+        grid, settings, workload, shard=shard.to_json() if shard else None, time_budget_s=time_budget_s
     )
     unreadable: list[str] = []
     earlier = results_store.resumable_runs(out_dir, header, unreadable)
@@ -238,7 +283,7 @@ def _run_locked(
         total_points=len(points),
         skipped_points=len(points) - len(pending),
         runs=list(earlier),
-        resumed_from=[run.run_id for run in earlier],
+        resumed_from=[run.run_id for run in _continued(earlier, points, shard)],
         shard=shard,
         time_budget_s=time_budget_s,
         unreadable=unreadable,
@@ -258,7 +303,7 @@ def _run_locked(
             raise SweepInterrupted(summary) from None
         except Exception as error:  # noqa: BLE001 - the ceilings are auxiliary: say why, measure the grid
             header["ceilings"] = {"error": failure_reason(error)}
-    writer = RunWriter.create(out_dir, header)
+    writer = _create_run_file(out_dir, header, lock)
     summary.path, summary.run_id = writer.path, header["run_id"]
     estimator = DurationEstimator()
     estimator.observe_records(point for run in earlier for point in run.points)
@@ -399,6 +444,7 @@ __all__ = [
     "SweepInterrupted",
     "SweepSummary",
     "breakdown_fields",
+    "grid_on_disk",
     "point_record",
     "run_sweep",
     "worker_memory_budget",

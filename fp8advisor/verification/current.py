@@ -365,7 +365,7 @@ def predict_current(
             times,
             current.converted,
             gpu,
-            replace(report.config, float8_all_gather=all_gather),
+            report.config.for_recipe(current.linear_recipe or advice.recipe, float8_all_gather=all_gather),
             report.calibration,
             experts=experts,
             converted_experts=current.expert_groups,

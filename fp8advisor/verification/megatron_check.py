@@ -86,7 +86,8 @@ def verify_megatron(
     if requested is not None:
         check_recipe(requested)  # before the model is built
     config = _config(path, enabled=True)
-    model_layers = inspect_loaded(load_model(request.target, "meta"), batch=request.batch, seq=request.seq)
+    meta = load_model(request.target, "meta")
+    model_layers = inspect_loaded(meta, batch=request.batch, seq=request.traced_seq)
     advice = advice_for(model_layers, config, requested, request, predictor)
     megatron_plan = plan(advice, predictor or _profile_predictor(request))
     names = [module.name for module in megatron_plan.modules]

@@ -70,6 +70,12 @@ def _model_parallel_world_of_one() -> Iterator[None]:
 def gpt_model_te_linear_names(n_layers: int) -> list[str]:
     """The names `GPTModel.named_modules()` gives its Transformer Engine linear modules for `n_layers` decoder
     layers, from a real GPTModel (local spec: see the module docstring), in its order."""
+    return [name for name in gpt_model_parallel_linears(n_layers) if name.startswith("decoder.")]
+
+
+def gpt_model_parallel_linears(n_layers: int) -> dict[str, str]:
+    """Every tensor-parallel linear module of a real GPTModel of `n_layers` decoder layers, in its order, with
+    the split Megatron builds it with: "colwise" (ColumnParallelLinear) or "rowwise" (RowParallelLinear)."""
     import torch
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -87,11 +93,11 @@ def gpt_model_te_linear_names(n_layers: int) -> list[str]:
     )
     with _model_parallel_world_of_one(), torch.device("meta"):
         model = GPTModel(config, get_gpt_layer_local_spec(), vocab_size=128, max_sequence_length=64)
-    return [
-        name
+    return {
+        name: "colwise" if isinstance(module, ColumnParallelLinear) else "rowwise"
         for name, module in model.named_modules()
-        if name.startswith("decoder.") and isinstance(module, (ColumnParallelLinear, RowParallelLinear))
-    ]
+        if isinstance(module, (ColumnParallelLinear, RowParallelLinear))
+    }
 
 
 def megatron_float8_modules(path: str | Path, n_layers: int) -> frozenset[str]:
@@ -141,6 +147,7 @@ def megatron_conversion(path: str | Path, n_layers: int) -> NativeConversion | N
 
 __all__ = [
     "FRAMEWORK",
+    "gpt_model_parallel_linears",
     "gpt_model_te_linear_names",
     "megatron_conversion",
     "megatron_float8_modules",

@@ -225,7 +225,7 @@ def _advised(
     from fp8advisor.inspect.layers import inspect_loaded
     from fp8advisor.inspect.target import load_model
 
-    target, batch, seq, recipe = request.target, request.batch, request.seq, request.recipe
+    target, batch, seq, recipe = request.target, request.batch, request.traced_seq, request.recipe
     requested_recipe = parse_recipe(str(recipe)) if recipe not in (None, AUTO) else None
     config = read_config(config_path, recipe=requested_recipe, trust_config=trust_config)
     meta = load_model(target, "meta")
