@@ -349,7 +349,9 @@ def lock_holder(path: str | Path) -> str | None:
     except OSError:
         return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        # shared: a read-only descriptor may hold it everywhere (NFS emulates flock with fcntl locks, whose
+        # exclusive form needs a writable one); any holder's exclusive lock still refuses it
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError:
         return _holder_text(fd)
     finally:

@@ -153,10 +153,10 @@ class SuggestRequest:
         check_degree("--tp", self.tensor_parallel)
         check_degree("--ep", self.expert_parallel)
         check_degree("--cp", self.context_parallel)
-        if self.seq % self.context_parallel:
+        if self.context_parallel > 1 and self.seq % (2 * self.context_parallel):
             raise AdvisorError(
-                f"--cp {self.context_parallel} does not divide --seq {self.seq}: context parallelism gives "
-                "each GPU an equal chunk of every sequence",
+                f"--seq {self.seq} is not a multiple of 2 x --cp {self.context_parallel}: context "
+                "parallelism gives each GPU two equal chunks of every sequence",
                 hint=f"use a --seq that is a multiple of {2 * self.context_parallel} (torchtitan's load "
                 "balancing splits each sequence into 2 x cp chunks)",
             )

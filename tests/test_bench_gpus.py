@@ -234,8 +234,8 @@ def cli(*arguments: str):
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
-        (["--gpus", "0"], "--gpus takes `all` or a number of processes from 1, got '0'"),
-        (["--gpus", "x"], "--gpus takes `all` or a number of processes from 1, got 'x'"),
+        (["--gpus", "0"], "--gpus takes `all` or a number of processes from 1 to 9999, got '0'"),
+        (["--gpus", "x"], "--gpus takes `all` or a number of processes from 1 to 9999, got 'x'"),
         (["--gpus", "all"], "--gpus all: no CUDA GPU is visible"),
         (["--gpus", "2", "--shard", "1/2"], "--shard does not go with it"),
         (["--gpus", "2", "--model", "model.py"], "--model does not go with it"),

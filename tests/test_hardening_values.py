@@ -4,10 +4,10 @@ unbounded work before measuring starts.
 
 The roots: `SuggestRequest` (`fp8advisor.request`: --batch, --seq, --min-speedup, --tp, --ep, however the
 request is built) and `StepConfig.check` (--world-size, --grad-accum); `advise` for what needs the model (a
---tp wider than a layer's K and N: refused; one that splits a layer unevenly: warned, named, bf16);
-`fp8advisor.measure.schedule` for --shard (`Shard.check`, against the grid's shapes) and --time-budget; the
-step model prices every GEMM layer the forward runs (`OTHER_GEMMS`) and re-judges M at each token count of
-its break-even (`inspect.rows.at_rows`).
+--tp wider than the dimension the TP plan splits of a layer: refused; one that splits a layer unevenly:
+warned, named, bf16); `fp8advisor.measure.schedule` for --shard (`Shard.check`, against the grid's shapes)
+and --time-budget; the step model prices every GEMM layer the forward runs (`OTHER_GEMMS`) and re-judges M
+at each token count of its break-even (`inspect.rows.at_rows`).
 """
 
 from __future__ import annotations
@@ -107,8 +107,15 @@ def test_a_request_refuses_values_no_run_could_have(setting, value, message):
         (["--min-speedup", "1e308"], ["no larger than 100"]),
         (["--world-size", "1000000000000"], ["--world-size must be at most"]),
         (["--grad-accum", "0"], ["--grad-accum must be 1 or more"]),
-        (["--tp", "1000000"], ["--tp 1000000 is larger than both K and N", "layers.0.attention.wq 256x256"]),
-        (["--tp", "257"], ["--tp 257 is larger than both K and N of 8 layer(s)", "use at most 256"]),
+        (
+            ["--tp", "1000000"],
+            ["--tp 1000000 is wider than what tensor parallelism splits", "layers.0.attention.wq 256x256"],
+        ),
+        # the plan splits wk's N (64): the narrowest split of the 8 layers it cannot split 257 ways
+        (
+            ["--tp", "257"],
+            ["--tp 257 is wider than what tensor parallelism splits of 8 layer(s)", "at most --tp 64"],
+        ),
     ],
 )
 def test_suggest_refuses_odd_numbers_with_one_clear_message(cli, arguments, fragments):

@@ -116,7 +116,12 @@ def test_a_group_spans_nodes_when_its_ranks_do():
     assert topology.spans_nodes(Group("FSDP", 2, stride=4))  # ranks 0 and 4
     assert topology.spans_nodes(Group("FSDP", 8))
     assert topology.bus_bytes_per_s(Group("TP", 4)) == pytest.approx(10 * GIGA)
-    assert topology.bus_bytes_per_s(Group("FSDP", 8)) == pytest.approx(GIGA)
+    # across nodes a ring runs a channel over each adapter its members in a node have: 4 here, 1 GB/s each
+    assert topology.bus_bytes_per_s(Group("FSDP", 8)) == pytest.approx(4 * GIGA)
+    assert topology.bus_bytes_per_s(Group("FSDP", 2, stride=4)) == pytest.approx(GIGA)  # one per node
+    assert topology.bus_bytes_per_s(Group("FSDP", 8, stride=2)) == pytest.approx(2 * GIGA)
+    fast = Topology.of(SYSTEM, inter_node_gbps=800)  # 100 GB/s adapters: capped at NVLink's 10 GB/s
+    assert fast.bus_bytes_per_s(Group("FSDP", 8)) == pytest.approx(10 * GIGA)
     wider = Topology.of(SYSTEM, gpus_per_node=8, inter_node_gbps=16)
     assert not wider.spans_nodes(Group("FSDP", 8))
     assert wider.network_bytes_per_s == pytest.approx(2 * GIGA)  # 16 Gb/s = 2 GB/s
@@ -146,6 +151,7 @@ BLOCK = [
     _layer("layers.0.attention.wo", M, H, H),
     _layer("layers.0.feed_forward.w1", M, H, F),
     _layer("layers.0.feed_forward.w2", M, F, H),
+    _layer("layers.0.feed_forward.w3", M, H, F),  # registered after w2, as torchtitan's FeedForward does
 ]
 
 
@@ -181,10 +187,13 @@ def test_async_tp_shows_only_what_each_collective_exceeds_its_gemm_by():
     config = StepConfig(world_size=4, tp=4, async_tp=True)
     one = 0.75 * M * H * 2 / (10 * GIGA)
     assert _tp(config, linear_s=lambda layer: 3 * one).exposed_s == pytest.approx(0)  # each GEMM = one
-    # GEMMs half as long as a collective: the attention pair's partners (wq, wk) hide 2 x 0.5: all hidden;
-    # wo hides half of each of its two; the FFN pair: w1 alone hides half, w2 half of each
+    # GEMMs half as long as a collective: each pair's partners (wq + wk; w1 + w3, w3 found under the same
+    # parent though registered after w2) hide their two collectives; wo and w2 half of each of theirs
     half = _tp(config, linear_s=lambda layer: 1.5 * one)
-    assert half.exposed_s == pytest.approx(6 * 0.5 * one)
+    assert half.exposed_s == pytest.approx(4 * 0.5 * one)
+    w1_alone = [layer for layer in BLOCK if not layer.fqn.endswith("w3")]
+    alone = tp_communication(w1_alone, frozenset(), lambda layer: 1.5 * one, Topology.of(SYSTEM), config)
+    assert alone.exposed_s == pytest.approx(6 * 0.5 * one)
     assert half.total_s == pytest.approx(8 * one)
 
 
@@ -199,28 +208,29 @@ def test_exposed_tp_traffic_is_a_term_of_the_step():
     one = 0.75 * M * H * 2 / (10 * GIGA)
     assert step.term("tp_communication").seconds == pytest.approx(8 * one)
     compute = sum(layer.bf16_time_s for layer in BLOCK)
-    assert step.step_s == pytest.approx(compute + 8 * one)
+    assert step.step_s == pytest.approx(compute + 8 * one)  # tp_float8_casts: 0, nothing in float8
     assert step.communication_s == pytest.approx(8 * one)
 
 
 def test_fsdp_traffic_shows_exactly_when_it_exceeds_the_rest_of_the_step():
-    """FSDP over 8 GPUs of nodes of 4 (the ring leaves the node: 1 GB/s): 7/8 x (2 x 2 + 4) bytes x P."""
-    traffic = lambda parameters: 7 / 8 * 8 * parameters / GIGA  # noqa: E731
+    """FSDP over 8 GPUs of nodes of 4 (the ring leaves the node over 4 adapters: 4 GB/s): 7/8 x (2 x 2 + 4)
+    bytes x P."""
+    traffic = lambda parameters: 7 / 8 * 8 * parameters / (4 * GIGA)  # noqa: E731
     hidden = _step(StepConfig(world_size=8), parameters=1000)
     assert hidden.communication_s == pytest.approx(traffic(1000))
     assert hidden.term("communication").seconds == 0
-    exposed = _step(StepConfig(world_size=8), parameters=10**6)
+    exposed = _step(StepConfig(world_size=8), parameters=10**7)
     compute = sum(term.seconds for term in exposed.terms if term.name != "communication")
-    assert compute > 0 and exposed.term("communication").seconds == pytest.approx(traffic(10**6) - compute)
-    assert exposed.step_s == pytest.approx(traffic(10**6))
-    # the same eight GPUs in one NVLink domain: 10 times the bandwidth
-    inside = _step(StepConfig(world_size=8, gpus_per_node=8), parameters=10**6)
-    assert inside.communication_s == pytest.approx(traffic(10**6) / 10)
+    assert compute > 0 and exposed.term("communication").seconds == pytest.approx(traffic(10**7) - compute)
+    assert exposed.step_s == pytest.approx(traffic(10**7))
+    # the same eight GPUs in one NVLink domain: 10 GB/s
+    inside = _step(StepConfig(world_size=8, gpus_per_node=8), parameters=10**7)
+    assert inside.communication_s == pytest.approx(traffic(10**7) * 4 / 10)
 
 
 def test_hsdp_adds_the_all_reduce_of_the_gradient_shard_over_the_replicas():
     """2 replicas x FSDP 4 on nodes of 4: each FSDP group fills a node (10 GB/s), a replica group's ranks sit
-    4 apart, on two nodes (1 GB/s): all-reduce of the shard P/4 x 4 bytes, 2 x 1/2 of it, across nodes."""
+    4 apart, one per node (1 GB/s): all-reduce of the shard P/4 x 4 bytes, 2 x 1/2 of it, across nodes."""
     parameters = 10**6
     plain = _step(StepConfig(world_size=4), parameters=parameters).communication_s
     hsdp = _step(StepConfig(world_size=8, dp_replicate=2), parameters=parameters).communication_s
@@ -239,6 +249,8 @@ def test_context_parallel_prices_attention_over_every_chunk_and_its_kv_exchange(
     assert cp.term("cp_communication").seconds == pytest.approx(
         max(0, exchange - cp.term("attention").seconds)
     )
+    staged = _step(StepConfig(world_size=4, cp=2, pp=2), layers=[], census=census, batch=4)
+    assert staged.communication_s == pytest.approx(exchange / 2)  # a stage's half of the attention calls
 
 
 def test_pipeline_stages_divide_the_compute_and_add_the_1f1b_bubble():
@@ -248,6 +260,30 @@ def test_pipeline_stages_divide_the_compute_and_add_the_1f1b_bubble():
     assert staged.term("pipeline_bubble").seconds == pytest.approx(compute * 3 / 8)
     assert staged.step_s == pytest.approx(compute * (1 + 3 / 8))
     assert staged.tokens == alone.tokens // 4  # tokens per GPU: torchtitan divides by tp x cp x pp
+
+
+def test_tp_and_pp_divide_the_fsdp_shard_and_its_float8_weights():
+    """tp 2 x pp 2 x FSDP 2 on nodes of 4, P = 10^7 parameters, every Linear converted with float8
+    all-gather: the stage's TP shard P / 4 all-gathered once (pp keeps them), the converted weights'
+    share of it at 1 byte; the optimizer over P / (2 x 2) / 2 stages; the TP traffic the stage's half."""
+    parameters = 10**7
+    everything = [layer.fqn for layer in BLOCK]
+    config = StepConfig(world_size=8, tp=2, pp=2, float8_all_gather=True).for_recipe(Recipe.TENSORWISE)
+    step = _step(config, converted=everything, parameters=parameters, batch=4)
+    weights = sum(layer.K * layer.N for layer in BLOCK) / 4  # this GPU's TP shard of this stage's
+    gathered = 2 * parameters / 4 - weights  # 2 bytes, 1 for the converted weights
+    assert weights < parameters / 4 / 2  # the Linear weights are a part of the made-up model
+    fsdp = Group("FSDP", 2, stride=2)  # ranks 0 and 2: one node
+    topology = Topology.of(SYSTEM)
+    expected = collective_time_s("all_gather", gathered, fsdp, topology)  # once under pp
+    expected += collective_time_s("reduce_scatter", 4 * parameters / 4, fsdp, topology)
+    tp = step.communication_s - expected
+    assert tp == pytest.approx(_tp(config, everything).total_s)  # the TP traffic is the stage's
+    assert _tp(config, everything).total_s == pytest.approx(
+        _tp(replace(config, pp=1), everything).total_s / 2
+    )
+    optimizer = step.term("optimizer").seconds
+    assert optimizer == pytest.approx(7 * 4 * parameters / (2 * 2) / 2 / 1e12)
 
 
 def test_tokens_per_gpu_divide_by_the_non_data_parallel_degrees():
@@ -291,7 +327,10 @@ def _suggest(*args):
     [
         (["--world-size", "8", "--nodes", "2"], "given twice, differently"),
         (["--world-size", "12", "--tp", "8"], "not a multiple"),
-        (["--cp", "3", "--seq", "1000"], "--cp 3 does not divide --seq 1000"),
+        (["--cp", "3", "--seq", "1000"], "--seq 1000 is not a multiple of 2 x --cp 3"),
+        (["--cp", "2", "--seq", "6"], "--seq 6 is not a multiple of 2 x --cp 2"),
+        (["--pp", "4", "--world-size", "4"], "--pp 4 needs at least 4 micro-batches"),
+        (["--pp", "8", "--world-size", "8", "--batch", "8"], "--pp 8 stages but the model has 6 blocks"),
         (["--async-tp"], "--async-tp needs tensor parallelism"),
         (["--gpus-per-node", "0", "--nodes", "2"], "--gpus-per-node must be at least 1"),
     ],

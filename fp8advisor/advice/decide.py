@@ -24,7 +24,13 @@ from fp8advisor.advice.experts import (
     decide_experts,
     default_expert_predictor,
 )
-from fp8advisor.advice.linears import Predictor, decide_layers, default_predictor, unsplittable_layers
+from fp8advisor.advice.linears import (
+    Predictor,
+    decide_layers,
+    default_predictor,
+    split_width,
+    unsplittable_layers,
+)
 from fp8advisor.advice.recipe_choice import StepSpeedup, choose_recipe
 from fp8advisor.advice.records import Advice, ExpertAdvice, LayerAdvice, RecipeOption
 from fp8advisor.advice.strategies import compare_strategies
@@ -136,22 +142,30 @@ def advise(
 
 def _check_settings(model_layers: ModelLayers, min_speedup: float, tensor_parallel: int) -> None:
     """One clear error for a `--min-speedup` that is not a positive number (`request.check_min_speedup`), a
-    `--tp` that is no degree (`request.check_degree`), or one wider than both K and N of a layer it would
-    split (`linears.unsplittable_layers`: a GPU would get an empty slice)."""
+    `--tp` that is no degree (`request.check_degree`), or one wider than the dimension the plan splits of a
+    layer (`linears.unsplittable_layers`: a GPU would get an empty slice)."""
     from fp8advisor.errors import AdvisorError
 
     check_min_speedup(min_speedup)
     check_degree("--tp", tensor_parallel)
     unsplittable = unsplittable_layers(model_layers.layers, tensor_parallel)
     if unsplittable:
-        named = ", ".join(f"{layer.fqn} {layer.K}x{layer.N}" for layer in unsplittable[:3])
-        narrowest = min(max(layer.K, layer.N) for layer in unsplittable)
-        raise AdvisorError(
-            f"--tp {tensor_parallel} is larger than both K and N of {len(unsplittable)} layer(s) ({named}"
-            f"{', ...' if len(unsplittable) > 3 else ''}): a GPU's slice would be empty",
-            hint=f"tensor parallelism splits each layer's K or N over the GPUs: use at most {narrowest}, "
-            "a degree that divides the layers' widths (e.g. 2, 4 or 8)",
+        named = ", ".join(
+            f"{layer.fqn} {layer.K}x{layer.N} ({_split_words(layer)})" for layer in unsplittable[:3]
         )
+        narrowest = min(split_width(layer) for layer in unsplittable)
+        raise AdvisorError(
+            f"--tp {tensor_parallel} is wider than what tensor parallelism splits of {len(unsplittable)} "
+            f"layer(s) ({named}{', ...' if len(unsplittable) > 3 else ''}): a GPU's slice would be empty",
+            hint=f"use at most --tp {narrowest}, a degree that divides the layers' widths (e.g. 2, 4 or 8)",
+        )
+
+
+def _split_words(layer) -> str:
+    """Which dimension the plan splits of `layer`, for people."""
+    from fp8advisor.advice.tp_plan import COLWISE, ROWWISE, tp_style
+
+    return {COLWISE: "N split", ROWWISE: "K split"}.get(tp_style(layer.fqn), "K or N split")
 
 
 def _recipe(

@@ -97,6 +97,12 @@ def unsplittable_layers(layers: Sequence[GemmLayer], tensor_parallel: int) -> li
     ]
 
 
+def split_width(layer) -> int:
+    """The width tensor parallelism may split of a layer: N for a column-parallel one, K for a row-parallel
+    one, the wider of the two for a layer no plan names."""
+    return {COLWISE: layer.N, ROWWISE: layer.K}.get(tp_style(layer.fqn), max(layer.K, layer.N))
+
+
 def unevenly_split_layers(layers: Sequence[GemmLayer], tensor_parallel: int) -> list[GemmLayer]:
     """The layers the advice predicts that `tensor_parallel` splits unevenly (`uneven_split`)."""
     return [
@@ -263,6 +269,7 @@ __all__ = [
     "group_layers",
     "layer_slices",
     "split_by_tensor_parallel",
+    "split_width",
     "tensor_parallel_slices",
     "uneven_split",
     "unevenly_split_layers",

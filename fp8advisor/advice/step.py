@@ -349,7 +349,7 @@ def _compute_parts(census, parameters: int, gpu: StepGpu, config: StepConfig, to
         # counted once (a batched GEMM reads one per batch): an undercount of bytes where it is memory-bound
         rows = max(1, round(call.batch * call.M * token_scale))
         matmul_forward += call.count * gemm_time_s(rows, call.K, call.N, "bf16", specs)
-    matmul_forward *= shares.elementwise
+    matmul_forward *= shares.attention  # hand-written attention's GEMMs
     matmul = 3 * matmul_forward  # forward, and the two GEMMs of its backward
 
     memory_forward = 0.0
@@ -457,13 +457,13 @@ def predict_step(
         ),
         Term("optimizer", scaled(parts.optimizer_s), MODELLED, parts.basis["optimizer"] + in_step),
     ]
-
-    def linear_s(layer) -> float:  # in-step seconds of one Linear, for async TP's overlap
-        return scaled(layer.float8_time_s if layer.fqn in converted else layer.bf16_time_s)
-
     if config.tp > 1:  # in every strategy's step alike, zero where nothing is in float8
         seconds, basis = tp_cast_adjustment(timed, converted, config, gpu.memory_time_s)
         terms.append(Term("tp_float8_casts", scaled(seconds), MODELLED, basis + in_step))
+
+    def linear_s(layer) -> float:  # in-step seconds of one Linear (not a stage's share), for async TP
+        return (layer.float8_time_s if layer.fqn in converted else layer.bf16_time_s) / efficiency
+
     communication = _communication_terms(
         terms, model_layers, timed, converted, linear_s, scaled(parts.attention_s), gpu, config
     )
@@ -480,18 +480,6 @@ def _communication_terms(
     """Append the pipeline bubble and the communication terms to `terms` (what shows of each); return all the
     step's communication before overlap (`StepPrediction.communication_s`)."""
     topology = gpu.topology(config)
-    if config.pp > 1:
-        compute_s = sum(term.seconds for term in terms)
-        fraction = bubble_fraction(config, model_layers.batch)
-        terms.append(
-            Term(
-                "pipeline_bubble",
-                compute_s * fraction,
-                MODELLED,
-                f"1F1B over {config.pp} stages, {model_layers.batch} micro-batch(es) of one sequence: "
-                f"(pp - 1) / m = {fraction:.3g} of the stage's compute",
-            )
-        )
     parallel: list[Communication] = [
         c
         for c in (
@@ -501,6 +489,18 @@ def _communication_terms(
         if c is not None
     ]
     terms.extend(Term(c.name, c.exposed_s, MODELLED, c.basis) for c in parallel)
+    if config.pp > 1:  # the bubble idles the stage for a share of everything on its critical path
+        stage_s = sum(term.seconds for term in terms)
+        fraction = bubble_fraction(config, model_layers.batch)
+        terms.append(
+            Term(
+                "pipeline_bubble",
+                stage_s * fraction,
+                MODELLED,
+                f"1F1B over {config.pp} stages, {model_layers.batch} micro-batch(es) of one sequence: "
+                f"(pp - 1) / m = {fraction:.3g} of the stage's time",
+            )
+        )
     fsdp_s, fsdp_basis = fsdp_communication(timed, converted, model_layers.parameter_count, topology, config)
     busy_s = sum(term.seconds for term in terms)
     terms.append(Term("communication", max(0.0, fsdp_s - busy_s), MODELLED, fsdp_basis))

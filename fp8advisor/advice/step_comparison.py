@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from fp8advisor.advice.experts import decide_recipe, default_expert_predictor
 from fp8advisor.advice.linears import default_predictor
 from fp8advisor.advice.step import Calibration, StepConfig, StepGpu, StepPrediction, predict_step
+from fp8advisor.advice.step_parallel import check_pipeline
 from fp8advisor.inspect.records import ExpertForm
 from fp8advisor.inspect.rows import at_rows
 
@@ -203,11 +204,12 @@ def step_report(
     groups at each token count, as the advice would there.
     """
     config.check(advice.recipe)
+    check_pipeline(config, model_layers)
     config = config.for_recipe(advice.recipe)
     calibration = calibration or Calibration.load(family=gpu.family)
     experts = tuple(getattr(advice, "experts", ()))
     predictions = _strategy_steps(advice, model_layers, experts, gpu, config, calibration)
-    notes = _step_notes(advice, model_layers, experts, config)
+    notes = _step_notes(advice, model_layers, experts, config)  # config: as this recipe runs
     break_even = None
     if break_even_target is not None:
         speedup_at = _advice_speedup_at(
@@ -356,10 +358,26 @@ def _step_notes(advice, model_layers, experts: tuple, config: StepConfig) -> lis
     if config.tp > 1 and advice.recipe.value.startswith("rowwise"):
         notes.append(
             "rowwise + tensor parallelism: on published runs (torchtitan issue 1207, its async-TP "
-            "benchmarks) this model predicted the step speedup 2-11% too high (median 4.9%), on the wrong "
+            "benchmarks) this model predicted the step speedup 2-10% too high (median 4.1%), on the wrong "
             "side of 1.0 in 2 of 5: small column-parallel shards (wk/wv) ran slower than their shapes "
             "predict there; treat a predicted gain under 10% as none (docs/benchmarks.md, the training "
             "step model)"
+        )
+    if config.tp > 1 and advice.recipe.value == "tensorwise":
+        notes.append(
+            "tensorwise + tensor parallelism: priced with torchtitan 0.2's float8 TP styles (activations "
+            "all-gathered in float8, one shared input cast); a trainer whose TP moves them in bf16 "
+            "(torchtitan 0.3 has no tensorwise; other frameworks' TP plans) gains less"
+        )
+    if config.tp > 1 and any(e.form == ExpertForm.GROUPED.value for e in experts):
+        notes.append(
+            f"routed experts are priced whole on each GPU: --tp {config.tp} does not split them here"
+        )
+    census = model_layers.census
+    if config.cp > 1 and census is not None and census.matmuls and not census.attention:
+        notes.append(
+            "context parallelism with hand-written attention: its GEMMs are priced over every chunk, but "
+            "the K/V exchange is not (torch's context parallel runs fused attention: SDPA)"
         )
     if model_layers.census is not None and not model_layers.census.complete:
         notes.append("tracing stopped part-way: attention and memory-bound terms cover only what ran")

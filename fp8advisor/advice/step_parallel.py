@@ -9,13 +9,17 @@ the rank's context-parallel chunk). Over the GPUs of that rank (tp x cp x pp of 
 - Linear layers: priced at the TP plan's local shapes already (`fp8advisor.advice.tp_plan`, `linears`).
 - Attention: heads split over tp; under cp each GPU's queries (its chunk, load-balanced for causal masks)
   attend to all cp chunks' keys: cp times the attention of the traced chunk: share cp / tp.
-- Activation GEMMs, memory-bound regions and the loss: split over tp (sequence parallel shards the norms and
-  residuals, the column/row split the activations between, loss parallel the vocabulary): share 1 / tp.
-- Optimizer: AdamW over the GPU's shard of the parameters, 1 / (tp x pp x dp_shard x cp) (FSDP shards over
-  dp_shard x cp, as torchtitan folds cp into its FSDP mesh; HSDP replicas each hold a shard).
+- Memory-bound regions and the loss: split over tp (sequence parallel shards the norms and residuals, the
+  column/row split the activations between, loss parallel the vocabulary): share 1 / tp. Activation GEMMs
+  (hand-written attention's q @ k^T and p @ v) are attention's: share cp / tp.
+- Optimizer: AdamW over the GPU's shard of the parameters, 1 / (tp x dp_shard x cp) of them, and of its
+  stage's 1/pp (FSDP shards over dp_shard x cp, as torchtitan folds cp into its FSDP mesh; HSDP replicas each
+  hold a shard).
 - Pipeline (pp > 1): each stage holds 1/pp of the model: every compute term / pp, and the 1F1B schedule's
-  bubble, (pp - 1) / m of the stage's compute with m = `batch` micro-batches of one sequence (torchtitan's
-  default micro-batch size 1). Point-to-point activation transfers are not modelled.
+  bubble, (pp - 1) / m of the stage's time (its compute and the TP / CP traffic that shows) with m = `batch`
+  micro-batches of one sequence (torchtitan's default micro-batch size 1; torch's 1F1B schedule needs
+  m >= pp). The TP and CP traffic is the stage's: 1/pp of the model's. Point-to-point activation transfers
+  are not modelled.
 
 **Communication** (`communication`), every collective a ring over its group (`fp8advisor.advice.topology`):
 - FSDP over dp_shard x cp GPUs (ranks tp apart): the stage's parameter shard P / (tp x pp) all-gathered
@@ -66,9 +70,9 @@ GEMM_SHARE = 1 / 3
 class ComputeShares:
     """Each non-Linear compute term's multiple on one GPU of the traced step's (the module docstring)."""
 
-    attention: float
-    elementwise: float  # activation GEMMs, memory-bound regions, loss
-    optimizer_shard: int  # the parameters are divided by this
+    attention: float  # fused attention and the activation GEMMs of hand-written attention
+    elementwise: float  # memory-bound regions, loss
+    optimizer_shard: int  # the parameters are divided by this (and by the stages, as every compute term)
     stage: int  # pipeline stages: every compute term / stage
 
     @classmethod
@@ -76,8 +80,29 @@ class ComputeShares:
         return cls(
             attention=config.cp / config.tp,
             elementwise=1 / config.tp,
-            optimizer_shard=config.tp * config.pp * config.dp_shard * config.cp,
+            optimizer_shard=config.tp * config.dp_shard * config.cp,
             stage=config.pp,
+        )
+
+
+def check_pipeline(config, model_layers) -> None:
+    """An `AdvisorError` for a pipeline no schedule runs: fewer micro-batches (`batch`, of one sequence each)
+    than stages (torch's `Schedule1F1B` refuses them), or more stages than the model has blocks."""
+    from fp8advisor.errors import AdvisorError
+
+    if config.pp == 1:
+        return
+    if model_layers.batch < config.pp:
+        raise AdvisorError(
+            f"--pp {config.pp} needs at least {config.pp} micro-batches: --batch {model_layers.batch} gives "
+            f"{model_layers.batch} (micro-batches of one sequence, torchtitan's default)",
+            hint=f"use --batch {config.pp} or more, or a smaller --pp",
+        )
+    blocks = {block_of(layer.fqn) for layer in model_layers.layers} - {None}
+    if len(blocks) < config.pp:
+        raise AdvisorError(
+            f"--pp {config.pp} stages but the model has {len(blocks)} blocks: a stage would hold none",
+            hint=f"use at most --pp {max(1, len(blocks))}",
         )
 
 
@@ -117,7 +142,8 @@ def fsdp_communication(
     local = parameters / (config.tp * config.pp)
     gathered = BYTES_PER_BF16 * local
     if config.float8_all_gather:
-        float8_weights = sum(layer.K * layer.N for layer in timed if layer.fqn in converted) / config.tp
+        converted_weights = sum(layer.K * layer.N for layer in timed if layer.fqn in converted)
+        float8_weights = converted_weights / (config.tp * config.pp)  # this stage's TP shard of them
         gathered -= (BYTES_PER_BF16 - 1) * float8_weights  # one byte per element instead of two
     gathers = 1 if config.pp > 1 else 2
     seconds = gathers * collective_time_s("all_gather", gathered, group, topology)
@@ -143,8 +169,9 @@ def tp_communication(
     topology: Topology,
     config,
 ) -> Communication | None:
-    """The TP collectives of one micro-step (the module docstring); None without TP. `linear_s(layer)`: the
-    layer's in-step forward+backward seconds (for async TP's overlap)."""
+    """The TP collectives of one micro-step on one GPU, its pipeline stage's share (the module docstring);
+    None without TP. `linear_s(layer)`: the layer's in-step forward+backward seconds (for async TP's
+    overlap, collective by collective)."""
     if config.tp == 1:
         return None
     group = groups(config)["tp"]
@@ -180,29 +207,28 @@ def tp_communication(
     if not collectives:
         return None
     how = "overlapped with their GEMMs (async TP): the excess shows" if config.async_tp else "all show"
+    stages = config.pp  # one stage holds 1/pp of the blocks
     return Communication(
         "tp_communication",
-        total,
-        exposed,
+        total / stages,
+        exposed / stages,
         f"{collectives} all-gathers / reduce-scatters of activations (sequence parallel), "
         f"{topology.link_words(group)}; {how}",
     )
 
 
 def _tp_pairs(timed: Sequence[Any]) -> list[tuple[Any, list[Any]]]:
-    """Each row-parallel layer of a block with the column-parallel layers that feed it (those of its block
-    since the previous row-parallel one, in module order)."""
+    """Each row-parallel layer of a block with the column-parallel layers that feed it: those under the same
+    parent module (`attention.wo` with `attention.wq`/`wk`/`wv` or `attention.qkv_linear.wqkv`;
+    `feed_forward.w2` with `w1` and `w3`, whatever their registration order; `mlp.down_proj` with
+    `gate_proj` and `up_proj`; `mlp.linear_fc2` with `linear_fc1`)."""
+    columns = [layer for layer in timed if tp_style(layer.fqn) == COLWISE and block_of(layer.fqn)]
     pairs = []
-    pending: dict[str, list[Any]] = {}
     for layer in timed:
-        block = block_of(layer.fqn)
-        if block is None:
+        if tp_style(layer.fqn) != ROWWISE or block_of(layer.fqn) is None:
             continue
-        style = tp_style(layer.fqn)
-        if style == COLWISE:
-            pending.setdefault(block, []).append(layer)
-        elif style == ROWWISE:
-            pairs.append((layer, pending.pop(block, [])))
+        parent = layer.fqn.rsplit(".", 1)[0] + "."
+        pairs.append((layer, [column for column in columns if column.fqn.startswith(parent)]))
     return pairs
 
 
@@ -244,8 +270,8 @@ def tp_cast_adjustment(
 
 
 def cp_communication(census, attention_s: float, topology: Topology, config) -> Communication | None:
-    """The CP exchange of K and V of one micro-step (the module docstring); None without CP.
-    `attention_s`: the in-step attention seconds it overlaps with."""
+    """The CP exchange of K and V of one micro-step on one GPU, its pipeline stage's share (the module
+    docstring); None without CP. `attention_s`: the stage's in-step attention seconds it overlaps with."""
     if config.cp == 1 or not census.attention:
         return None
     group = groups(config)["cp"]
@@ -258,6 +284,7 @@ def cp_communication(census, attention_s: float, topology: Topology, config) -> 
             * collectives
             * collective_time_s("all_gather", BYTES_PER_BF16 * kv * config.cp, group, topology)
         )
+    total /= config.pp  # one stage holds 1/pp of the attention calls
     return Communication(
         "cp_communication",
         total,
@@ -273,6 +300,7 @@ __all__ = [
     "Communication",
     "ComputeShares",
     "bubble_fraction",
+    "check_pipeline",
     "cp_communication",
     "fsdp_communication",
     "groups",

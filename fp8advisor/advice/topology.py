@@ -16,9 +16,11 @@ inside that domain (NVLink) and to other nodes (its network adapters). Figures a
 
 **A collective** over n GPUs is timed as NCCL's ring algorithm moves data: an all-gather or reduce-scatter of
 a buffer of S bytes (the gathered size) moves (n-1)/n x S through each GPU's link, an all-reduce twice that
-(`collective_time_s`). The link is NVLink when the group lies inside one NVLink domain, else the per-GPU
-network bandwidth (a ring that leaves the node is as fast as each GPU's own adapter: rail-optimised
-clusters give every GPU one). NCCL reaches a fraction of the datasheet peak, its bus bandwidth:
+(`collective_time_s`). The link is NVLink when the group lies inside one NVLink domain; a ring that leaves
+the node runs a channel over each network adapter its members in a node have (rail-optimised clusters give
+every GPU one): k members per node reach k adapters' bandwidth, at most NVLink's (nccl-tests across DGX H100
+nodes: "around 48GB/s from each CX7 NIC ... up to ~396GB/s with the RING protocol", NVIDIA/nccl-tests issue
+319). NCCL reaches a fraction of the datasheet peak, its bus bandwidth:
 `NVLINK_BUS_EFFICIENCY` and `NETWORK_BUS_EFFICIENCY` (their sources there). Which GPUs form a group follows
 torchtitan's device mesh, [pp, dp_replicate, dp_shard, cp, tp] with tp innermost: a group of `size` ranks
 `stride` apart (`Group`).
@@ -121,11 +123,18 @@ class Topology:
         """Whether `group`'s ranks lie in more than one NVLink domain (ranks are placed node by node)."""
         return group.size > 1 and (group.size - 1) * group.stride >= self.gpus_per_node
 
+    def members_per_node(self, group: Group) -> int:
+        """How many of `group`'s ranks share one node (1 when they are a node or more apart)."""
+        return max(1, min(group.size, -(-self.gpus_per_node // group.stride)))
+
     def bus_bytes_per_s(self, group: Group) -> float:
-        """The bandwidth a ring over `group` reaches per GPU: NVLink's or the network's, at NCCL's share."""
-        if self.spans_nodes(group):
-            return self.network_bytes_per_s * NETWORK_BUS_EFFICIENCY
-        return self.system.nvlink_bytes_per_s * NVLINK_BUS_EFFICIENCY
+        """The bandwidth a ring over `group` reaches per GPU: NVLink's inside a node; across nodes, the
+        network adapters of the group's members in a node together (NCCL runs a ring channel per adapter),
+        at most NVLink's; each at NCCL's share."""
+        nvlink = self.system.nvlink_bytes_per_s * NVLINK_BUS_EFFICIENCY
+        if not self.spans_nodes(group):
+            return nvlink
+        return min(nvlink, self.members_per_node(group) * self.network_bytes_per_s * NETWORK_BUS_EFFICIENCY)
 
     def link_words(self, group: Group) -> str:
         """Which link a group's collectives use, for people."""

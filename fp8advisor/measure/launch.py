@@ -65,7 +65,7 @@ def parse_gpus(text: str) -> int | None:
     if re.fullmatch(r"\s*\d{1,4}\s*", text, flags=re.ASCII) and int(text) >= 1:
         return int(text)
     raise AdvisorError(
-        f"--gpus takes `all` or a number of processes from 1, got {quote(text)}",
+        f"--gpus takes `all` or a number of processes from 1 to 9999, got {quote(text)}",
         hint="e.g. --gpus all (one per GPU of this machine), or --gpus 4 --emulate to try it on the CPU",
     )
 

@@ -44,7 +44,9 @@ class BenchSettings:
             return max(0, min(self.compile_workers, pending_configurations))
         if self.emulate:
             return 0
-        return max(1, min((os.cpu_count() or 2) - 2, 12, pending_configurations))
+        # the machine's cores shared by the bench processes torchrun started on it (`bench --gpus`)
+        processes = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+        return max(1, min(((os.cpu_count() or 2) - 2) // processes, 12, pending_configurations))
 
     def timer(self) -> Timer:
         if self.emulate:
