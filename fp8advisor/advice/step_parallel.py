@@ -21,7 +21,8 @@ the rank's context-parallel chunk). Over the GPUs of that rank (tp x cp x pp of 
   m >= pp). The TP and CP traffic is the stage's: 1/pp of the model's. Point-to-point activation transfers
   are not modelled.
 
-**Communication** (`communication`), every collective a ring over its group (`fp8advisor.advice.topology`):
+**Communication** (`fsdp_communication`, `tp_communication`, `cp_communication`), every collective a ring
+over its group (`fp8advisor.advice.topology`):
 - FSDP over dp_shard x cp GPUs (ranks tp apart): the stage's parameter shard P / (tp x pp) all-gathered
   twice (forward; again for the backward, reshard after forward; once under pp, where torchtitan keeps them)
   at 2 bytes (1 for converted weights with `--float8-all-gather`), gradients reduce-scattered at
@@ -32,8 +33,8 @@ the rank's context-parallel chunk). Over the GPUs of that rank (tp x cp x pp of 
   opposite collective of each on the gradients; `--ac full` repeats the forward's. bf16, except under
   `float8_tensor_parallel` (torchao's `float8_tensor_parallel.py`): the forward all-gather of converted
   partners' input (e4m3) and the backward all-gather of a converted row-parallel layer's output gradient
-  (e5m2), 1 byte each. A column-parallel layer outside
-  the blocks (the head) adds its input's all-gather. Vanilla TP blocks the compute: all of it shows.
+  (e5m2), 1 byte each. A column-parallel layer outside the blocks (the head) adds its input's all-gather.
+  Vanilla TP blocks the compute: all of it shows.
   `--async-tp` overlaps each collective with the GEMM it feeds or follows (all-gather with the partners'
   GEMM, reduce-scatter with the row-parallel GEMM; forward GEMMs forward, grad_input GEMMs backward): only
   the excess of each over its GEMM shows.
@@ -73,7 +74,6 @@ class ComputeShares:
     attention: float  # fused attention and the activation GEMMs of hand-written attention
     elementwise: float  # memory-bound regions, loss
     optimizer_shard: int  # the parameters are divided by this (and by the stages, as every compute term)
-    stage: int  # pipeline stages: every compute term / stage
 
     @classmethod
     def of(cls, config) -> ComputeShares:
@@ -81,7 +81,6 @@ class ComputeShares:
             attention=config.cp / config.tp,
             elementwise=1 / config.tp,
             optimizer_shard=config.tp * config.dp_shard * config.cp,
-            stage=config.pp,
         )
 
 
@@ -107,7 +106,7 @@ def check_pipeline(config, model_layers) -> None:
 
 
 def bubble_fraction(config, microbatches: int) -> float:
-    """The 1F1B bubble over the stage's compute: (pp - 1) / m."""
+    """The 1F1B bubble over the stage's time: (pp - 1) / m."""
     return (config.pp - 1) / max(1, microbatches)
 
 
