@@ -354,6 +354,21 @@ def test_real_predictor_with_a_modelled_profile():
     assert math.isfinite(advice.strategy("advice").predicted_speedup)
 
 
+def _rowwise_at_tp4(model_layers, rule):
+    """The rowwise advice at --tp 4 with a stub predictor whose speedup follows `rule(M, K, N)`."""
+    from _advice_helpers import StubChoice, StubPredictor
+
+    return advise(
+        model_layers,
+        StubChoice(),
+        "rowwise",
+        tensor_parallel=4,
+        predictor=StubPredictor(rule=rule),
+        device_capability=None,
+        compare_torchao_auto=False,
+    )
+
+
 @pytest.mark.parametrize(
     "rule, shard, split",
     [
@@ -366,8 +381,6 @@ def test_tensor_parallel_without_a_plan_predicts_the_slower_slice(rule, shard, s
     less from, recorded with which dimension it splits."""
     from dataclasses import replace
 
-    from _advice_helpers import StubChoice, StubPredictor
-
     layers = llama_layers(1)
     renamed = replace(
         layers,
@@ -376,15 +389,7 @@ def test_tensor_parallel_without_a_plan_predicts_the_slower_slice(rule, shard, s
             for layer in layers.layers
         ),
     )
-    advice = advise(
-        renamed,
-        StubChoice(),
-        "rowwise",
-        tensor_parallel=4,
-        predictor=StubPredictor(rule=rule),
-        device_capability=None,
-        compare_torchao_auto=False,
-    )
+    advice = _rowwise_at_tp4(renamed, rule)
     mix = next(layer for layer in advice.layers if layer.fqn == "layers.0.attention.mix")
     assert mix.shard == shard and mix.predicted_speedup == pytest.approx(1.1)
     assert mix.to_json()["shard"] == {"K": shard[0], "N": shard[1], "split": split}
@@ -396,17 +401,7 @@ def test_tensor_parallel_without_a_plan_predicts_the_slower_slice(rule, shard, s
 def test_tensor_parallel_follows_the_frameworks_plan(rule):
     """--tp 4 on torchtitan's names: wq and w1 column-parallel (N split), wo and w2 row-parallel (K split),
     whichever slicing the predictor favours."""
-    from _advice_helpers import StubChoice, StubPredictor
-
-    advice = advise(
-        llama_layers(1),
-        StubChoice(),
-        "rowwise",
-        tensor_parallel=4,
-        predictor=StubPredictor(rule=rule),
-        device_capability=None,
-        compare_torchao_auto=False,
-    )
+    advice = _rowwise_at_tp4(llama_layers(1), rule)
     by_name = {layer.fqn.rsplit(".", 1)[-1]: layer for layer in advice.layers}
     assert by_name["wq"].shard == (by_name["wq"].K, by_name["wq"].N // 4)
     assert by_name["w1"].shard == (by_name["w1"].K, by_name["w1"].N // 4)

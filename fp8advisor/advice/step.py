@@ -75,6 +75,7 @@ from fp8advisor.advice.step_terms import (
     weakest_or_modelled,
 )
 from fp8advisor.advice.topology import GpuSystem, Topology, system_of
+from fp8advisor.advice.tp_plan import block_of
 from fp8advisor.errors import AdvisorError
 from fp8advisor.gpus import GpuSpecs
 from fp8advisor.inspect.records import ExpertForm
@@ -295,11 +296,9 @@ def _block_linears(layers: Sequence[Any]) -> list[str]:
     position: dict[str, int] = {}
     chosen = []
     for layer in layers:
-        parts = layer.fqn.split(".")
-        digits = [i for i, part in enumerate(parts) if part.isdigit()]
-        if not digits:
+        block = block_of(layer.fqn)
+        if block is None:
             continue  # outside the blocks: embedding, head
-        block = ".".join(parts[: digits[-1] + 1])
         position[block] = position.get(block, 0) + 1
         if position[block] % 2 == 0:
             chosen.append(layer.fqn)
@@ -307,7 +306,7 @@ def _block_linears(layers: Sequence[Any]) -> list[str]:
 
 
 def _in_blocks(fqn: str) -> bool:
-    return any(part.isdigit() for part in fqn.split("."))
+    return block_of(fqn) is not None
 
 
 @dataclass(frozen=True)

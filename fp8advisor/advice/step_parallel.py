@@ -136,8 +136,7 @@ def fsdp_communication(
     timed: Sequence[Any], converted: frozenset[str], parameters: int, topology: Topology, config
 ) -> tuple[float, str]:
     """All FSDP (and HSDP) traffic of one micro-step on one GPU, before overlap, and its basis."""
-    group = groups(config)["fsdp"]
-    replicas = groups(config)["replicas"]
+    group, replicas = (groups(config)[name] for name in ("fsdp", "replicas"))
     local = parameters / (config.tp * config.pp)
     gathered = BYTES_PER_BF16 * local
     if config.float8_all_gather:
@@ -221,13 +220,18 @@ def _tp_pairs(timed: Sequence[Any]) -> list[tuple[Any, list[Any]]]:
     parent module (`attention.wo` with `attention.wq`/`wk`/`wv` or `attention.qkv_linear.wqkv`;
     `feed_forward.w2` with `w1` and `w3`, whatever their registration order; `mlp.down_proj` with
     `gate_proj` and `up_proj`; `mlp.linear_fc2` with `linear_fc1`)."""
-    columns = [layer for layer in timed if tp_style(layer.fqn) == COLWISE and block_of(layer.fqn)]
-    pairs = []
+    columns: dict[str, list[Any]] = {}  # block -> its column-parallel layers
+    rows = []
     for layer in timed:
-        if tp_style(layer.fqn) != ROWWISE or block_of(layer.fqn) is None:
-            continue
+        block, style = block_of(layer.fqn), tp_style(layer.fqn)
+        if block is not None and style == COLWISE:
+            columns.setdefault(block, []).append(layer)
+        elif block is not None and style == ROWWISE:
+            rows.append((block, layer))
+    pairs = []
+    for block, layer in rows:
         parent = layer.fqn.rsplit(".", 1)[0] + "."
-        pairs.append((layer, [column for column in columns if column.fqn.startswith(parent)]))
+        pairs.append((layer, [column for column in columns.get(block, []) if column.fqn.startswith(parent)]))
     return pairs
 
 
