@@ -2,10 +2,11 @@
 
 The pipeline, one stage package each (every `__init__` says what comes in and what goes out):
 
-    inspect -> frameworks -> measure -> predict -> advice -> emit -> verification      (cli on top)
+    inspect -> frameworks -> measure -> traces -> predict -> advice -> emit -> verification      (cli on top)
 
     model ----> layers (inspect_model) --------------------> advise --> render --> verify
     bench (run_sweep) --> results --> fit_profile --> Profile ---^
+    your training's profiler traces --> traces (what ran; measured speedups) ---^
 
 The names below are the public API; each is imported on first use, so `import fp8advisor` stays cheap. A
 walk-through is in docs/api.md.

@@ -87,6 +87,11 @@ class ConfigError(AdvisorError):
     """A training config file cannot be read or does not describe a float8 setup."""
 
 
+class TraceError(AdvisorError):
+    """A profiler trace cannot be read, is not a trace, or lacks what the question needs (device records,
+    input shapes, matching steps across ranks)."""
+
+
 class CompatError(AdvisorError):
     """The installed torch or torchao lacks a private name that fp8advisor relies on (`fp8advisor.compat`)."""
 

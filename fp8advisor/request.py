@@ -101,6 +101,7 @@ OPTIONS = {
     "expert_imbalance": "--expert-imbalance",
     "float8_all_gather": "--float8-all-gather",
     "context_parallel": "--cp",
+    "trace": "--trace",
 }
 #: The settings that are flags: the option alone means True, and is left out when False.
 FLAGS = frozenset({"float8_all_gather"})
@@ -118,6 +119,7 @@ _COMMAND_ORDER = (
     "expert_imbalance",
     "float8_all_gather",
     "measured",
+    "trace",
 )
 
 
@@ -139,6 +141,7 @@ class SuggestRequest:
     expert_imbalance: float = 1.0  # MoE: the busiest expert's rows over the mean (1.0: balanced routing)
     float8_all_gather: bool = False  # FSDP all-gathers the converted weights in float8 (tensorwise only)
     context_parallel: int = 1  # --cp: each GPU's layers see 1/cp of every sequence
+    trace: str | None = None  # --trace: speedups measured in the job's own traces (`fp8advisor trace -o`)
 
     @property
     def traced_seq(self) -> int:
@@ -289,6 +292,7 @@ _TYPES = {
     "expert_parallel": int,
     "measured": str,
     "expert_imbalance": float,
+    "trace": str,
 }
 
 __all__ = [

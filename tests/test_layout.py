@@ -27,6 +27,7 @@ STAGES = (
     "inspect",
     "frameworks",
     "measure",
+    "traces",
     "predict",
     "advice",
     "emit",

@@ -340,7 +340,7 @@ def test_recipe_auto_help_says_it_prefers_stronger_provenance():
     assert "highest predicted step speedup" in text
 
 
-@pytest.mark.parametrize("command", [[], ["suggest"], ["layers"], ["verify"], ["bench"], ["fit"]])
+@pytest.mark.parametrize("command", [[], ["suggest"], ["layers"], ["verify"], ["bench"], ["fit"], ["trace"]])
 def test_help_has_no_bool_metavars_or_cut_choices(command):
     result = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
@@ -354,7 +354,7 @@ def test_help_has_no_bool_metavars_or_cut_choices(command):
         assert ", ".join(fmt.value for fmt in FILE_FORMATS) in text  # every name whole, none cut at a "-"
     if command == []:  # every command's summary whole, not cut with "..."
         listed = lines[lines.index("Commands:") + 1 :]
-        assert len(listed) == 5 and not any(line.rstrip().endswith("...") for line in listed), listed
+        assert len(listed) == 6 and not any(line.rstrip().endswith("...") for line in listed), listed
 
 
 def test_seq_longer_than_the_model_takes_is_a_suggest_warning(fake_world, monkeypatch):

@@ -4,7 +4,8 @@
 command lives in its own module of this package, which parses, calls the library and renders:
 `layers_cmd`, `suggest_cmd` (its report drawn by `suggest_view`, the training step by `step_view`, `--current`
 by `current_view`; its set-up options read by `parallel_options`), `verify_cmd`,
-`bench_cmd` (its results drawn by `bench_view`; `bench_model` for `bench --model`), `fit_cmd`.
+`bench_cmd` (its results drawn by `bench_view`; `bench_model` for `bench --model`), `fit_cmd`, `trace_cmd`
+(drawn by `trace_view`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from fp8advisor.cli import (  # noqa: E402, F401
     fit_cmd,
     layers_cmd,
     suggest_cmd,
+    trace_cmd,
     verify_cmd,
 )
 from fp8advisor.cli.application import app, command, console, err_console, main, state  # noqa: F401

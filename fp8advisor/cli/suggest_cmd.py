@@ -171,6 +171,12 @@ def suggest(
         help="Decide the measured blocks from these in-context results (bench --model --out DIR); default: "
         "the profile directory's in-context/ when it holds this model's, for this GPU and token count.",
     ),
+    trace: str | None = typer.Option(
+        None,
+        "--trace",
+        help="Speedups measured in your own training step (fp8advisor trace BF16 FLOAT8 -o FILE): the layers "
+        "of the shapes measured there, for the recipe traced, are decided by them, above any profile.",
+    ),
     current: str | None = typer.Option(
         None,
         "--current",
@@ -193,6 +199,7 @@ def suggest(
         expert_imbalance=expert_imbalance,
         float8_all_gather=float8_all_gather,
         context_parallel=context_parallel,
+        trace=trace,
     )
     if recipe != AUTO:
         parse_recipe(recipe)  # a clear error before the model is built
@@ -220,14 +227,13 @@ def suggest(
         request, fmt, output, check_file, as_json=as_json, force=force, current=current
     )
 
-    model_layers, choice, advice = _advise(request, destination, gpu)
+    model_layers, choice, advice, predictor = _advise(request, destination, gpu)
     step = None
     if destination.shows_step or current_file is not None:
         with err_console.status("predicting the training step ..."):
             step = _step_report(advice, model_layers, choice, gpu, step_config)
     _warn_about_format(advice, destination.config_format)
 
-    predictor = default_predictor(choice)  # megatron decides a fused GEMM (qkv, gate+up) with it
     current_step = None
     if current_file is not None:
         current_step = _current_step(current_file, request, advice, model_layers, choice, gpu, step)
@@ -287,20 +293,29 @@ def _destination(
             "torchao (which set it up) or filter (whose header says to)",
         )
     if output is not None:
-        inputs = _input_files(request.target, request.profile, request.grouped_profile, current)
+        inputs = _input_files(
+            request.target, request.profile, request.grouped_profile, current, request.trace
+        )
         guard_output(output, inputs=inputs, force=force)
     committed = read_committed(check_file) if check_file is not None else None
     return _Destination(config_format, output, check_file, committed, as_json)
 
 
 def _advise(request: SuggestRequest, destination: _Destination, gpu: str | None):
-    """Inspect the model, choose the profile and decide: (model layers, profile choice, advice)."""
+    """Inspect the model, choose the profile and decide: (model layers, profile choice, advice, and the
+    predictor it decided with: the profile's, with --trace's measured speedups where they apply; megatron
+    decides a fused GEMM (qkv, gate+up) with it too)."""
     from fp8advisor.inspect.layers import inspect_model
     from fp8advisor.predict.selection import select_profile
 
     with err_console.status(f"inspecting {request.target} ..."):
         model_layers = inspect_model(request.target, batch=request.batch, seq=request.traced_seq)
     choice = select_profile(request.profile, grouped=request.grouped_profile, device_name=gpu)
+    predictor = default_predictor(choice)
+    if request.trace is not None:
+        from fp8advisor.advice.trace_evidence import traced_predictor
+
+        predictor = traced_predictor(request.trace, choice, predictor)
     allowed = _recipes_the_format_holds(destination.config_format, request.float8_all_gather)
     # --check regenerates exactly as the file's own command says: in-context results only when it names them
     automatic = request.measured is None and destination.check_file is None
@@ -319,9 +334,15 @@ def _advise(request: SuggestRequest, destination: _Destination, gpu: str | None)
             in_context=in_context,
             expert_imbalance=request.expert_imbalance,
             expert_parallel=request.expert_parallel,
+            predictor=predictor,
         )
     warn_passed_over(passed_over)  # each once, whatever the number of scans that met it
-    return model_layers, choice, advice
+    if request.trace is not None:
+        from fp8advisor.advice.trace_evidence import traced_warnings
+
+        for warning in traced_warnings(predictor, choice.primary.family):
+            err_console.print(Text("warning: ", style="yellow") + Text(warning), soft_wrap=True)
+    return model_layers, choice, advice, predictor
 
 
 def _warn_about_format(advice: Advice, config_format: ConfigFormat | None) -> None:

@@ -112,7 +112,8 @@ def verify_command(
     """Convert the model as the config says, run one float8 step, and check it against the advice.
 
     The batch, seq, recipe, profile, min speedup, --tp, --ep and --measured come from the command line, else
-    from the header of a config `fp8advisor suggest` wrote. Exit 0 when the config converts exactly the
+    from the header of a config `fp8advisor suggest` wrote (--trace, the measured speedups of
+    `fp8advisor trace`, from the header only). Exit 0 when the config converts exactly the
     advised layers and every check passes; 1 with what differs. A Megatron-Core precision config is checked
     with Megatron's own matcher (simulated without megatron-core) and runs no step.
     """

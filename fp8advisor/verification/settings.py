@@ -57,7 +57,8 @@ def advice_for(
     predictor: Callable | None,
 ):
     """`advise` for the model, with --recipe, else the config's recipe, else (a bare filter list) "auto"; with
-    the tensor- and expert-parallel degrees and the in-context results `suggest` advised with."""
+    the tensor- and expert-parallel degrees, the in-context results and the traced speedups (--trace)
+    `suggest` advised with."""
     from fp8advisor.advice.decide import advise
     from fp8advisor.advice.in_context import in_context_reader
 
@@ -71,6 +72,10 @@ def advice_for(
             family=choice.primary.family,
             tensor_parallel=request.tensor_parallel,
         )
+    if request.trace is not None:
+        from fp8advisor.advice.trace_evidence import traced_predictor
+
+        predictor = traced_predictor(request.trace, choice, predictor)
     return advise(
         model_layers,
         choice,

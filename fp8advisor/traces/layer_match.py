@@ -1,0 +1,216 @@
+"""A model's Linear layers against a trace's GEMMs: did each run in float8 where the config says, and
+only there.
+
+Each Linear of (M, K, N) runs three GEMMs a step whose sizes are {M, K, N} in some order (`gemms.ShapeGroup`):
+forward (M, K, N), input gradient (M, N, K), weight gradient. Where the trace tells forward from backward (a
+GEMM launched before the step's first autograd engine call is a forward one), each layer is judged by its own
+forward GEMMs: those of exactly its (M, K, N), matched to the layers of that shape in module order (the k-th
+such GEMM of a step to the k-th layer, cyclically: gradient accumulation repeats the forward; the backward is
+left out because a layer of (M, N, K) has an input gradient of the same shape). The group's backward GEMMs are
+then checked as a whole where all its layers train alike: all float8 (the weight gradients bf16 with
+rowwise_with_gw_hp) or none. A trace that does not tell forward from backward is judged group by group: the
+group's float8 share against the config's. M is the tokens one GPU multiplies: give the batch and seq the
+trace was recorded at; when no layer's group is in the trace, `tokens_in_trace` says which M the trace's GEMMs
+fit.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fp8advisor.errors import TraceError
+from fp8advisor.traces.analysis import Gemm, TraceAnalysis
+from fp8advisor.traces.events import SHAPES_HOW
+from fp8advisor.traces.gemms import GemmShape, ShapeGroup
+
+
+@dataclass(frozen=True)
+class ModelLinear:
+    """One Linear of the model as the check needs it: name, shape, and whether the config converts it."""
+
+    fqn: str
+    M: int
+    K: int
+    N: int
+    float8: bool
+
+    @property
+    def group(self) -> ShapeGroup:
+        return ShapeGroup.of_layer(self.M, self.K, self.N)
+
+
+@dataclass(frozen=True)
+class LayerRun:
+    """What the trace shows one layer ran, against what the config says."""
+
+    fqn: str
+    shape: tuple[int, int, int]
+    expected_float8: bool
+    float8_gemms: int  # in its group, per step, over every rank
+    bf16_gemms: int
+    how: str  # "group" (all alike) or "order" (mixed group, matched by order) or "absent"
+    ran: str  # what its GEMMs ran in: "float8", "bf16", "mixed" or "absent"
+    ok: bool
+    detail: str
+
+
+def _gemms(analysis: TraceAnalysis) -> list[tuple[int | None, Gemm]]:
+    return [(step.number, gemm) for step in analysis.steps for gemm in step.gemms]
+
+
+def check_layers(
+    linears: Sequence[ModelLinear], analyses: Sequence[TraceAnalysis], *, high_precision_wgrad: bool = False
+) -> list[LayerRun]:
+    """Every layer's run (module docstring). `high_precision_wgrad`: the recipe keeps the weight gradient in
+    bf16 (rowwise_with_gw_hp). TraceError (exit 2) when the GEMMs have no shapes or no layer's group is in
+    the trace."""
+    gemms = [item for analysis in analyses for item in _gemms(analysis)]
+    if gemms and all(gemm.shape is None for _, gemm in gemms):
+        raise TraceError(
+            "the trace has no input shapes: its GEMMs cannot be matched to layers", hint=SHAPES_HOW
+        )
+    steps = max(1, sum(len(analysis.steps) for analysis in analyses))
+    by_group: dict[ShapeGroup, list[tuple[int | None, Gemm]]] = defaultdict(list)
+    for number, gemm in gemms:
+        if gemm.shape is not None:
+            by_group[gemm.shape.group].append((number, gemm))
+    layers_by_group: dict[ShapeGroup, list[ModelLinear]] = defaultdict(list)
+    for linear in linears:
+        layers_by_group[linear.group].append(linear)
+    if linears and not any(group in by_group for group in layers_by_group):
+        raise TraceError(
+            "none of the model's Linear shapes is among the trace's GEMMs",
+            hint=_tokens_hint(linears, gemms),
+        )
+    runs: list[LayerRun] = []
+    for group, layers in layers_by_group.items():
+        found = by_group.get(group, [])
+        runs.extend(_group_runs(layers, found, steps, high_precision_wgrad))
+    order = {linear.fqn: index for index, linear in enumerate(linears)}
+    return sorted(runs, key=lambda run: order[run.fqn])
+
+
+def _group_runs(
+    layers: list[ModelLinear], found: list[tuple[int | None, Gemm]], steps: int, high_precision_wgrad: bool
+) -> list[LayerRun]:
+    """The runs of one shape group's layers: by each layer's own forward GEMMs where the trace tells forward
+    from backward, with the group's backward GEMMs checked as a whole; by the group's counts otherwise."""
+    float8 = sum(gemm.kind.is_float8_gemm for _, gemm in found)
+    bf16 = len(found) - float8
+    per_step = (round(float8 / steps), round(bf16 / steps))
+    if not found:
+        return [
+            _run(layer, (0, 0), "absent", "absent", False, "no GEMM of its shapes in the trace")
+            for layer in layers
+        ]
+    if any(gemm.forward is not None for _, gemm in found):
+        forward = _forward_order(layers, found)
+        wrong = {
+            layer.fqn for layer in layers if any(kind != layer.float8 for kind in forward.get(layer.fqn, ()))
+        }
+        backward_gemms = [gemm for _, gemm in found if gemm.forward is False]
+        # a backward off the config's is the wrong forwards' own, when there are any
+        backward = None if wrong else _backward_problem(layers, backward_gemms, high_precision_wgrad)
+        runs = []
+        for layer in layers:
+            seen = forward.get(layer.fqn)
+            if seen is None:
+                runs.append(_run(layer, per_step, "order", "absent", False, "no forward GEMM of its shape"))
+                continue
+            ok = layer.fqn not in wrong and backward is None
+            detail = f"its forward GEMMs ran {_kinds(seen)}" + (f"; {backward}" if backward else "")
+            runs.append(_run(layer, per_step, "order", _ran(sum(seen), len(seen) - sum(seen)), ok, detail))
+        return runs
+    # No forward / backward in the trace: the group's float8 share against the config's.
+    per_layer = 2 if high_precision_wgrad else 3
+    expected = sum(layer.float8 for layer in layers) * per_layer / (3 * len(layers))
+    ok = abs(float8 / len(found) - expected) <= 0.5 / (3 * len(layers))
+    detail = (
+        f"{len(layers)} layer(s) of its shapes, {sum(layer.float8 for layer in layers)} float8 in the "
+        f"config; the trace: {float8} float8, {bf16} bf16 GEMM(s)"
+    )
+    return [_run(layer, per_step, "group", _ran(float8, bf16), ok, detail) for layer in layers]
+
+
+def _backward_problem(
+    layers: list[ModelLinear], backward: list[Gemm], high_precision_wgrad: bool
+) -> str | None:
+    """What is wrong with a group's backward GEMMs as a whole, or None: none in float8 when no layer of the
+    group converts; all in float8 (half, the weight gradients in bf16, with rowwise_with_gw_hp) when every
+    layer does. A mixed group's backward is not told apart by layer: None."""
+    wanted = {layer.float8 for layer in layers}
+    if not backward or len(wanted) > 1:
+        return None
+    float8 = sum(gemm.kind.is_float8_gemm for gemm in backward)
+    if wanted == {False}:
+        return None if float8 == 0 else f"{float8} of the group's backward GEMMs ran in float8"
+    expected = len(backward) // 2 if high_precision_wgrad else len(backward)
+    if abs(float8 - expected) <= (len(backward) % 2):
+        return None
+    return f"{float8} of the group's {len(backward)} backward GEMMs ran in float8 (config: {expected})"
+
+
+def _forward_order(layers: list[ModelLinear], found: list[tuple[int | None, Gemm]]) -> dict[str, list[bool]]:
+    """Per layer of a mixed group, the float8-ness of the forward GEMMs of its exact (M, K, N) assigned to it
+    in order, step by step."""
+    seen: dict[str, list[bool]] = defaultdict(list)
+    shapes = defaultdict(list)
+    for layer in layers:
+        shapes[(layer.M, layer.K, layer.N)].append(layer)
+    for (M, K, N), same in shapes.items():
+        count: Counter = Counter()
+        for number, gemm in found:
+            if gemm.shape == GemmShape(M, K, N) and gemm.forward is not False:
+                index = count[number] % len(same)
+                count[number] += 1
+                seen[same[index].fqn].append(gemm.kind.is_float8_gemm)
+    return seen
+
+
+def _kinds(seen: list[bool]) -> str:
+    floats = sum(seen)
+    if floats == len(seen):
+        return "in float8"
+    return "in bf16" if floats == 0 else f"{floats} of {len(seen)} in float8"
+
+
+def _ran(float8: int, bf16: int) -> str:
+    return "mixed" if float8 and bf16 else ("float8" if float8 else "bf16")
+
+
+def _run(
+    layer: ModelLinear, per_step: tuple[int, int], how: str, ran: str, ok: bool, detail: str
+) -> LayerRun:
+    return LayerRun(
+        layer.fqn, (layer.M, layer.K, layer.N), layer.float8, per_step[0], per_step[1], how, ran, ok, detail
+    )
+
+
+def tokens_in_trace(linears: Sequence[ModelLinear], gemms: Sequence[tuple[int | None, Gemm]]) -> int | None:
+    """The M at which the most of the model's (K, N) pairs meet a GEMM of the trace, or None."""
+    groups = {gemm.shape.group.sizes for _, gemm in gemms if gemm.shape is not None}
+    votes: Counter = Counter()
+    for linear in {(linear.K, linear.N) for linear in linears}:
+        for sizes in groups:
+            rest = list(sizes)
+            if linear[0] in rest:
+                rest.remove(linear[0])
+                if linear[1] in rest:
+                    rest.remove(linear[1])
+                    votes[rest[0]] += 1
+    return votes.most_common(1)[0][0] if votes else None
+
+
+def _tokens_hint(linears: Sequence[ModelLinear], gemms) -> str:
+    tokens = tokens_in_trace(linears, gemms)
+    if tokens is None:
+        return "is it a trace of this model? Its GEMMs share no (K, N) with the model's Linear layers"
+    return (
+        f"the trace's GEMMs fit this model at M = {tokens} tokens per GPU: give the --batch and --seq it was "
+        f"recorded at (batch x seq = {tokens})"
+    )
+
+
+__all__ = ["LayerRun", "ModelLinear", "check_layers", "tokens_in_trace"]

@@ -1,0 +1,90 @@
+"""The user's model as `trace` matches it against a trace: its Linear layers at the traced token count, and
+which of them a config converts (read as its framework reads it: `fp8advisor.frameworks.reader`).
+
+The token count is the traced job's M (batch x seq on one GPU). When the user does not give it, it is read
+off the trace: the M at which the model's (K, N) pairs meet the trace's GEMMs (`layer_match.tokens_in_trace`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fp8advisor.errors import TraceError
+from fp8advisor.traces.analysis import TraceAnalysis
+from fp8advisor.traces.events import SHAPES_HOW
+from fp8advisor.traces.layer_match import ModelLinear, tokens_in_trace
+
+#: The tokens a model is first traced at when the trace must say the real count (any small M gives K, N).
+_PROBE_SEQ = 16
+
+
+@dataclass(frozen=True)
+class TracedModel:
+    """The model's layers at the traced tokens, and its Linear layers as the check needs them."""
+
+    model_layers: object  # fp8advisor.inspect.records.ModelLayers
+    linears: tuple[ModelLinear, ...]
+    batch: int
+    seq: int
+    seq_from_trace: bool
+    config: object | None  # the FrameworkConfig read, when one was given
+
+
+def traced_model(
+    target: str,
+    analyses: list[TraceAnalysis],
+    *,
+    batch: int = 1,
+    seq: int | None = None,
+    config_path: str | None = None,
+    trust_config: bool = False,
+    recipe: str | None = None,
+) -> TracedModel:
+    """Build TARGET on the meta device at the traced (batch, seq) (`seq` None: read off the trace) and mark
+    each Linear the config converts (none without a config). `recipe`: the traced one, for a bare filter
+    list (whose rule depends on it; tensorwise when the trace does not say)."""
+    from fp8advisor.inspect.layers import inspect_loaded
+    from fp8advisor.inspect.target import load_model
+
+    gemms = [(step.number, gemm) for analysis in analyses for step in analysis.steps for gemm in step.gemms]
+    if gemms and all(gemm.shape is None for _, gemm in gemms):
+        raise TraceError(
+            "the trace has no input shapes: its GEMMs cannot be matched to layers", hint=SHAPES_HOW
+        )
+    loaded = load_model(target, "meta")
+    from_trace = seq is None
+    if seq is None:
+        probe = inspect_loaded(loaded, batch=1, seq=_PROBE_SEQ)
+        shapes = [ModelLinear(layer.fqn, layer.M, layer.K, layer.N, False) for layer in _linears(probe)]
+        tokens = tokens_in_trace(shapes, gemms)
+        seq = max(1, (tokens or batch * _PROBE_SEQ) // batch)
+    model_layers = inspect_loaded(loaded, batch=batch, seq=seq)
+    config = None
+    converts = lambda module, fqn: False  # noqa: E731 - without a config nothing is said to convert
+    if config_path is not None:
+        from fp8advisor.frameworks.reader import read_config
+        from fp8advisor.recipes import Recipe, parse_recipe
+
+        config = read_config(config_path, trust_config=trust_config)
+        if config.recipe is None:
+            known = recipe in {member.value for member in Recipe}
+            config = config.with_recipe(parse_recipe(recipe) if known else Recipe.TENSORWISE)
+        converts = config.filter_for(loaded.model)
+    linears = tuple(
+        ModelLinear(
+            layer.fqn,
+            layer.M,
+            layer.K,
+            layer.N,
+            bool(converts(loaded.model.get_submodule(layer.fqn), layer.fqn)),
+        )
+        for layer in _linears(model_layers)
+    )
+    return TracedModel(model_layers, linears, batch, seq, from_trace, config)
+
+
+def _linears(model_layers) -> list:
+    return [layer for layer in model_layers.layers if layer.is_linear and layer.M > 0]
+
+
+__all__ = ["TracedModel", "traced_model"]
