@@ -9,5 +9,26 @@ worker as in a plain `pytest`.
 
 import os
 
+import pytest
+
 for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
+
+
+@pytest.fixture
+def cli():
+    """`cli(*args)`: the fp8advisor command line through Typer's CliRunner at 160 columns (each argument as
+    str), with --debug reset after each call."""
+    from typer.testing import CliRunner
+
+    from fp8advisor.cli import app, state
+
+    runner = CliRunner()
+
+    def invoke(*args):
+        try:
+            return runner.invoke(app, [str(arg) for arg in args], env={"COLUMNS": "160"})
+        finally:
+            state.debug = False
+
+    return invoke

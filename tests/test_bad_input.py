@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _bench_helpers import CLI_GRID  # noqa: E402
 from _layers_helpers import write_model  # noqa: E402
 
-from fp8advisor.cli import app, state  # noqa: E402
+from fp8advisor.cli import app  # noqa: E402
 from fp8advisor.files import DirectoryLock  # noqa: E402
 from fp8advisor.paths import PROFILES_DIR  # noqa: E402
 
@@ -44,19 +44,6 @@ class Block(nn.Module):
 def build_model():
     return Block()
 """
-
-
-@pytest.fixture
-def cli():
-    runner = CliRunner()
-
-    def invoke(*args: str):
-        try:
-            return runner.invoke(app, [str(arg) for arg in args], env={"COLUMNS": "160"})
-        finally:
-            state.debug = False
-
-    return invoke
 
 
 def assert_clean_error(result, *fragments: str, stdout_empty: bool = True) -> str:

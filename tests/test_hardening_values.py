@@ -19,13 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _advice_helpers import StubChoice, StubPredictor, layer, modelled_choice  # noqa: E402
 
 from fp8advisor.advice.decide import advise  # noqa: E402
-from fp8advisor.cli import app, state  # noqa: E402
 from fp8advisor.errors import AdvisorError  # noqa: E402
 from fp8advisor.inspect.records import LayerStatus, ModelLayers  # noqa: E402
 from fp8advisor.request import MAX_DEGREE, SuggestRequest  # noqa: E402
@@ -37,17 +35,10 @@ TWO_BLOCKS = f"{REPO}/data/models/llama3.py:llama3_8b(n_layers=2)"
 
 
 @pytest.fixture
-def cli(monkeypatch):
+def cli(cli, monkeypatch):
+    """conftest's `cli`, run from the repository (the tests name data/ relative to it)."""
     monkeypatch.chdir(REPO)
-    runner = CliRunner()
-
-    def invoke(*args):
-        try:
-            return runner.invoke(app, [str(arg) for arg in args], env={"COLUMNS": "160"})
-        finally:
-            state.debug = False
-
-    return invoke
+    return cli
 
 
 def _refused(result, *fragments: str) -> str:

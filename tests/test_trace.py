@@ -18,9 +18,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from fp8advisor.cli import app, state
 from fp8advisor.errors import TraceError
 from fp8advisor.traces.analysis import analyse
 from fp8advisor.traces.comparison import compare, read_measured
@@ -34,19 +32,6 @@ CPU = ROOT / "tests/data/traces/cpu"
 HTA = ROOT / "tests/data/traces/hta"
 LLAMA_18 = f"{ROOT}/data/models/llama3.py:llama3_8b(n_layers=18)"
 CPU_MODEL = f"{ROOT}/data/models/llama3.py:build_model(n_layers=1, vocab_size=2048)"
-
-
-@pytest.fixture
-def cli():
-    runner = CliRunner()
-
-    def invoke(*args):
-        try:
-            return runner.invoke(app, [str(arg) for arg in args], env={"COLUMNS": "160"})
-        finally:
-            state.debug = False
-
-    return invoke
 
 
 def analysis(path: Path):

@@ -138,11 +138,10 @@ def _guard_outputs(output: str | None, png: str | None, inputs: list, force: boo
     guard_output(png, inputs=inputs, force=force, option="--png", is_ours=is_our_picture)
     if output is not None and png is not None and Path(output).resolve() == Path(png).resolve():
         raise TraceError("-o and --png name the same file", hint="give each its own file")
-    if png is not None:
-        try:
-            import matplotlib  # noqa: F401 - drawing needs it: say so before the work
-        except ImportError:
-            raise TraceError("--png needs matplotlib", hint="pip install 'fp8advisor[plot]'") from None
+    if png is not None:  # drawing needs matplotlib: say so before the work
+        from fp8advisor.measure.heatmaps import pyplot
+
+        pyplot("no picture", TraceError)
 
 
 def _read_side(trace: str, paths: list[Path], rules):
@@ -202,7 +201,9 @@ def _compare(sides, traced, recipe, profile):
 
 
 def _float8_share(analyses) -> float:
-    return sum(analysis.mean(lambda step: step.float8_gemm_share) for analysis in analyses) / len(analyses)
+    from fp8advisor.traces.analysis import mean_over_steps
+
+    return mean_over_steps(analyses, lambda step: step.float8_gemm_share)
 
 
 def _calibrate(comparison, traced, profile):

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fp8advisor.cli.application import console, err_console
+from fp8advisor.traces.analysis import mean_over_steps
 from fp8advisor.traces.kernel_rules import Kind
 
 #: The idle share of a traced step above which `trace` says the step speedup is not the untraced one.
@@ -18,10 +19,6 @@ IDLE_WARNING = 0.05
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f}"
-
-
-def _mean(analyses, value) -> float:
-    return sum(analysis.mean(value) for analysis in analyses) / len(analyses)
 
 
 def print_analysis(trace: str, analyses: Sequence) -> None:
@@ -38,12 +35,12 @@ def print_analysis(trace: str, analyses: Sequence) -> None:
     for column, justify in (("kind", "left"), (unit, "right"), ("share", "right"), ("count", "right")):
         table.add_column(column, justify=justify, no_wrap=True)
     table.add_column("its largest kernel", overflow="ellipsis", no_wrap=True, max_width=40)
-    step_s = _mean(analyses, lambda step: step.step_s)
+    step_s = mean_over_steps(analyses, lambda step: step.step_s)
     for kind in Kind:
-        seconds = _mean(analyses, lambda step, kind=kind: step.seconds.get(kind, 0.0))
+        seconds = mean_over_steps(analyses, lambda step, kind=kind: step.seconds.get(kind, 0.0))
         if not seconds:
             continue
-        count = _mean(analyses, lambda step, kind=kind: step.counts.get(kind, 0))
+        count = mean_over_steps(analyses, lambda step, kind=kind: step.counts.get(kind, 0))
         top = next(iter(first.steps[0].top_kernels.get(kind, ())), None) if first.steps else None
         table.add_row(
             str(kind),
@@ -53,15 +50,15 @@ def print_analysis(trace: str, analyses: Sequence) -> None:
             (top[0] if top else ""),
         )
     console.print(table)
-    busy = _mean(analyses, lambda step: step.busy_s)
-    exposed = _mean(analyses, lambda step: step.communication_exposed_s)
-    share = _mean(analyses, lambda step: step.float8_gemm_share)
+    busy = mean_over_steps(analyses, lambda step: step.busy_s)
+    exposed = mean_over_steps(analyses, lambda step: step.communication_exposed_s)
+    share = mean_over_steps(analyses, lambda step: step.float8_gemm_share)
     words = f"step {_ms(step_s)} ms"
     if first.on_device:
         words += f", busy {_ms(busy)} ms, idle {_ms(step_s - busy)} ms"
         words += f", communication not overlapped {_ms(exposed)} ms"
-    gemms = _mean(analyses, lambda step: len(step.gemms))
-    float8 = _mean(analyses, lambda step: sum(g.kind.is_float8_gemm for g in step.gemms))
+    gemms = mean_over_steps(analyses, lambda step: len(step.gemms))
+    float8 = mean_over_steps(analyses, lambda step: sum(g.kind.is_float8_gemm for g in step.gemms))
     words += f"; {float8:.0f} of {gemms:.0f} GEMMs ran in float8"
     if first.on_device:
         words += f" ({share:.0%} of GEMM time)"
@@ -161,7 +158,7 @@ def print_comparison(comparison, calibration) -> None:
     for column in ("bf16", "fp8", "kept", "casts", "speedup"):
         table.add_column(column, justify="right", no_wrap=True)
     for group in comparison.groups:
-        label = leaf_names(group.layers) if named else str(group.group)
+        label = group.leaf_names
         speedup = f"{group.speedup:.2f}x" if group.converted else "bf16"
         table.add_row(
             label,
@@ -203,11 +200,6 @@ def print_comparison(comparison, calibration) -> None:
         _print_calibration(calibration)
 
 
-def leaf_names(layers: Sequence[str]) -> str:
-    """The layers' last names, once each ("w1/w2/w3"): a shape group of repeated blocks in a few letters."""
-    return "/".join(sorted({fqn.rsplit(".", 1)[-1] for fqn in layers}))
-
-
 def _print_calibration(calibration) -> None:
     factors = ", ".join(f"{part} x{factor:.2f}" for part, factor in calibration.factors.items())
     console.print(
@@ -243,7 +235,6 @@ def comparison_json(comparison, calibration) -> dict:
 
 __all__ = [
     "analysis_json",
-    "leaf_names",
     "comparison_json",
     "print_analysis",
     "print_comparison",

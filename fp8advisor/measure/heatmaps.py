@@ -65,16 +65,9 @@ def speedup_heatmaps_png(runs: Sequence[Run], path: Path | str, *, title: str | 
     Raises AdvisorError when matplotlib is missing (install the `plot` extra) or when there is nothing to
     plot.
     """
-    try:
-        import matplotlib
+    plt = pyplot("no heatmap PNG")
+    from matplotlib.colors import LogNorm
 
-        matplotlib.use("Agg")  # files only: never open a window
-        import matplotlib.pyplot as plt
-        from matplotlib.colors import LogNorm
-    except ImportError:
-        raise AdvisorError(
-            "matplotlib is not installed: no heatmap PNG", hint="pip install 'fp8advisor[plot]'"
-        ) from None
     speedups = pair_with_baseline(runs)
     panels = heatmap_panels(speedups)
     if not panels:
@@ -121,15 +114,40 @@ def speedup_heatmaps_png(runs: Sequence[Run], path: Path | str, *, title: str | 
     if emulated:
         heading.append("EMULATED on the CPU: not a GPU measurement")
     figure.suptitle("\n".join(heading), fontsize=9)
-    image_bytes = io.BytesIO()
-    figure.savefig(image_bytes, format="png", dpi=110)
+    return write_png(figure, path)
+
+
+def pyplot(without: str, error: type[AdvisorError] = AdvisorError):
+    """matplotlib's pyplot on its file-only backend (never a window); `error` ("matplotlib is not
+    installed: WITHOUT") when the `plot` extra is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise error(
+            f"matplotlib is not installed: {without}", hint="pip install 'fp8advisor[plot]'"
+        ) from None
+    return plt
+
+
+def write_png(figure, path: Path | str, software: str | None = None) -> Path:
+    """`figure` as a PNG at `path`, written atomically, with `software` in its Software text field; the
+    figure is closed."""
+    import matplotlib.pyplot as plt
+
+    image = io.BytesIO()
+    figure.savefig(image, format="png", dpi=110, metadata={"Software": software} if software else None)
     plt.close(figure)
-    return write_atomic(path, image_bytes.getvalue())
+    return write_atomic(path, image.getvalue())
 
 
 __all__ = [
     "HeatmapPanel",
     "format_speedup",
     "heatmap_panels",
+    "pyplot",
     "speedup_heatmaps_png",
+    "write_png",
 ]

@@ -91,9 +91,16 @@ class TraceAnalysis:
     def step_numbers(self) -> tuple[int | None, ...]:
         return tuple(step.number for step in self.steps)
 
-    def mean(self, value) -> float:
-        """The mean over the steps of `value(step)`."""
-        return sum(value(step) for step in self.steps) / len(self.steps) if self.steps else 0.0
+
+def mean_over_steps(analyses: Sequence[TraceAnalysis], value) -> float:
+    """The mean of `value(step)` over every step of every rank's analysis (0 without steps)."""
+    steps = [step for analysis in analyses for step in analysis.steps]
+    return sum(value(step) for step in steps) / len(steps) if steps else 0.0
+
+
+def step_gemms(analyses: Sequence[TraceAnalysis]) -> list[tuple[int | None, Gemm]]:
+    """Every GEMM of every step, with its step's number."""
+    return [(step.number, gemm) for analysis in analyses for step in analysis.steps for gemm in step.gemms]
 
 
 def analyse(trace: RawTrace, rules: Sequence[Rule] = RULES) -> TraceAnalysis:
@@ -396,4 +403,4 @@ def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> floa
     return total
 
 
-__all__ = ["Gemm", "StepFigures", "TraceAnalysis", "analyse"]
+__all__ = ["Gemm", "StepFigures", "TraceAnalysis", "analyse", "mean_over_steps", "step_gemms"]

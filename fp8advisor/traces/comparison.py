@@ -26,7 +26,7 @@ from fp8advisor import __version__
 from fp8advisor.errors import TraceError
 from fp8advisor.files import write_atomic
 from fp8advisor.reading import parse_json, read_text
-from fp8advisor.traces.analysis import StepFigures, TraceAnalysis
+from fp8advisor.traces.analysis import StepFigures, TraceAnalysis, mean_over_steps
 from fp8advisor.traces.events import SHAPES_HOW
 from fp8advisor.traces.gemms import ShapeGroup
 from fp8advisor.traces.kernel_rules import Kind
@@ -73,6 +73,12 @@ class GroupComparison:
     def converted(self) -> bool:
         return self.float8_gemms > 0
 
+    @property
+    def leaf_names(self) -> str:
+        """Its layers' last names, once each ("w1/w2/w3"): repeated blocks in a few letters; its sizes
+        without a model."""
+        return "/".join(sorted({fqn.rsplit(".", 1)[-1] for fqn in self.layers})) or str(self.group)
+
 
 @dataclass(frozen=True)
 class TraceComparison:
@@ -87,11 +93,6 @@ class TraceComparison:
     @property
     def step_speedup(self) -> float:
         return self.bf16_step_s / self.float8_step_s
-
-
-def _mean_over_steps(analyses: Sequence[TraceAnalysis], value) -> float:
-    steps = [step for analysis in analyses for step in analysis.steps]
-    return sum(value(step) for step in steps) / len(steps) if steps else 0.0
 
 
 def step_parts(step: StepFigures) -> dict[str, float]:
@@ -135,8 +136,8 @@ def compare(
         named[ShapeGroup.of_layer(M, K, N)].append((fqn, M, K, N))
     parts = {
         part: (
-            _mean_over_steps(bf16, lambda step, part=part: step_parts(step)[part]),
-            _mean_over_steps(float8, lambda step, part=part: step_parts(step)[part]),
+            mean_over_steps(bf16, lambda step, part=part: step_parts(step)[part]),
+            mean_over_steps(float8, lambda step, part=part: step_parts(step)[part]),
         )
         for part in PARTS
     }
@@ -159,15 +160,15 @@ def compare(
             )
         )
     groups = _with_fused_casts(groups, parts)
-    if not groups and not bf16_groups:
+    if not groups:
         raise TraceError("the bf16 trace ran no GEMM with recorded shapes: nothing to compare")
     return TraceComparison(
         tuple(bf16),
         tuple(float8),
         tuple(groups),
         parts,
-        _mean_over_steps(bf16, lambda step: step.step_s),
-        _mean_over_steps(float8, lambda step: step.step_s),
+        mean_over_steps(bf16, lambda step: step.step_s),
+        mean_over_steps(float8, lambda step: step.step_s),
         recipe or detected_recipe(float8),
     )
 

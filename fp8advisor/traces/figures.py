@@ -3,12 +3,12 @@ bf16 time against its float8 GEMMs and casts (matplotlib, imported here only, as
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from pathlib import Path
 
 from fp8advisor.errors import TraceError
-from fp8advisor.files import write_atomic
+from fp8advisor.measure.heatmaps import pyplot, write_png
+from fp8advisor.traces.analysis import mean_over_steps
 from fp8advisor.traces.comparison import PARTS, TraceComparison, step_parts
 
 #: The PNG's Software field: how `-o`'s guard knows a picture this tool drew (`is_our_picture`).
@@ -26,31 +26,19 @@ def is_our_picture(path: Path) -> bool:
 
 
 def _mean_parts(analyses) -> dict[str, float]:
-    steps = [step for analysis in analyses for step in analysis.steps]
-    return {part: sum(step_parts(step)[part] for step in steps) / max(len(steps), 1) for part in PARTS}
+    return {part: mean_over_steps(analyses, lambda step, part=part: step_parts(step)[part]) for part in PARTS}
 
 
 def draw(path: str | Path, sides: Sequence[Sequence], comparison: TraceComparison | None) -> Path:
     """Write the picture to `path` (PNG); TraceError when matplotlib is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")  # files only: never open a window
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise TraceError(
-            "matplotlib is not installed: no picture", hint="pip install 'fp8advisor[plot]'"
-        ) from None
+    plt = pyplot("no picture", TraceError)
     panels = 2 if comparison is not None else 1
     figure, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 4.5), squeeze=False)
     _breakdown(axes[0][0], sides)
     if comparison is not None:
         _groups(axes[0][1], comparison)
     figure.tight_layout()
-    image = io.BytesIO()
-    figure.savefig(image, format="png", dpi=110, metadata={"Software": SOFTWARE})
-    plt.close(figure)
-    return write_atomic(path, image.getvalue())
+    return write_png(figure, path, SOFTWARE)
 
 
 def _breakdown(axis, sides: Sequence[Sequence]) -> None:
@@ -68,7 +56,7 @@ def _breakdown(axis, sides: Sequence[Sequence]) -> None:
 
 def _groups(axis, comparison: TraceComparison) -> None:
     groups = [group for group in comparison.groups if group.converted]
-    names = [_label(group) for group in groups]
+    names = [group.leaf_names for group in groups]
     positions = range(len(groups))
     axis.bar([p - 0.2 for p in positions], [g.bf16_s * 1e3 for g in groups], width=0.4, label="bf16 GEMMs")
     axis.bar(
@@ -95,11 +83,6 @@ def _groups(axis, comparison: TraceComparison) -> None:
     axis.set_ylabel("ms per step (device)")
     axis.set_title(f"per shape group, measured ({comparison.recipe})")
     axis.legend(fontsize=8)
-
-
-def _label(group) -> str:
-    """The group's layers' last names ("w1/w2/w3"), else its sizes."""
-    return "/".join(sorted({fqn.rsplit(".", 1)[-1] for fqn in group.layers})) or str(group.group)
 
 
 __all__ = ["SOFTWARE", "draw", "is_our_picture"]

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fp8advisor.errors import TraceError
-from fp8advisor.traces.analysis import Gemm, TraceAnalysis
+from fp8advisor.traces.analysis import Gemm, TraceAnalysis, step_gemms
 from fp8advisor.traces.events import SHAPES_HOW
 from fp8advisor.traces.gemms import GemmShape, ShapeGroup
 
@@ -56,17 +56,13 @@ class LayerRun:
     detail: str
 
 
-def _gemms(analysis: TraceAnalysis) -> list[tuple[int | None, Gemm]]:
-    return [(step.number, gemm) for step in analysis.steps for gemm in step.gemms]
-
-
 def check_layers(
     linears: Sequence[ModelLinear], analyses: Sequence[TraceAnalysis], *, high_precision_wgrad: bool = False
 ) -> list[LayerRun]:
     """Every layer's run (module docstring). `high_precision_wgrad`: the recipe keeps the weight gradient in
     bf16 (rowwise_with_gw_hp). TraceError (exit 2) when the GEMMs have no shapes or no layer's group is in
     the trace."""
-    gemms = [item for analysis in analyses for item in _gemms(analysis)]
+    gemms = step_gemms(analyses)
     if gemms and all(gemm.shape is None for _, gemm in gemms):
         raise TraceError(
             "the trace has no input shapes: its GEMMs cannot be matched to layers", hint=SHAPES_HOW

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fp8advisor.errors import TraceError
-from fp8advisor.traces.analysis import TraceAnalysis
+from fp8advisor.traces.analysis import TraceAnalysis, step_gemms
 from fp8advisor.traces.events import SHAPES_HOW
 from fp8advisor.traces.layer_match import ModelLinear, tokens_in_trace
 
@@ -46,7 +46,7 @@ def traced_model(
     from fp8advisor.inspect.layers import inspect_loaded
     from fp8advisor.inspect.target import load_model
 
-    gemms = [(step.number, gemm) for analysis in analyses for step in analysis.steps for gemm in step.gemms]
+    gemms = step_gemms(analyses)
     if gemms and all(gemm.shape is None for _, gemm in gemms):
         raise TraceError(
             "the trace has no input shapes: its GEMMs cannot be matched to layers", hint=SHAPES_HOW
