@@ -343,6 +343,9 @@ def test_precompiled_graphs_are_cache_hits_in_the_timing_process(tmp_path):
     [run] = load_results([out])
     assert [point["status"] for point in run.points] == ["ok", "ok"]
     for point in run.points:
-        assert point["precompiled"] == "ok" and point["precompile_s"] > point["compile"]["seconds"] > 0
-        assert point["compile"]["fxgraph_cache_hit"] > 0 and not point["compile"]["cold"], point["compile"]
+        # The caches' own counters say hit or miss; the two compile times are not compared (a busy machine
+        # can make a cache hit slower than the worker's cold compile).
+        assert point["precompiled"] == "ok" and point["precompile_s"] > 0 and point["compile"]["seconds"] > 0
+        compile_counters = point["compile"]
+        assert compile_counters["fxgraph_cache_hit"] > 0 and not compile_counters["cold"], compile_counters
     assert "0 cold" in completed.stdout and "compile" in completed.stdout
