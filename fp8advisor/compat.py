@@ -618,3 +618,23 @@ __all__ = [
     "torch_dispatch_mode",
     "torchtitan_fp8_on_cpu",
 ]
+
+
+# --- torchao: MXFP8 training (a prototype namespace; torchao 0.18's names) --------------------------------
+
+
+def mx_training_api() -> tuple[type, type, type]:
+    """torchao's MXFP8 training config, its recipe enum and the kernel-preference enum:
+    (`MXFP8TrainingOpConfig`, `MXFP8TrainingRecipe`, `KernelPreference`). They live under
+    `torchao.prototype.moe_training` (torchao 0.18; earlier releases had `MXLinearConfig` instead)."""
+    return (
+        _require("torchao.prototype.moe_training.config", "MXFP8TrainingOpConfig"),
+        _require("torchao.prototype.moe_training.config", "MXFP8TrainingRecipe"),
+        _require("torchao.quantization.quantize_.common.kernel_preference", "KernelPreference"),
+    )
+
+
+def mx_weight_tensor_class() -> type:
+    """`MXFP8TrainingWeightWrapperTensor`, the tensor `quantize_(model, MXFP8TrainingOpConfig)` wraps a
+    converted layer's weight in: what tells an MXFP8 layer from a bf16 one."""
+    return _require("torchao.prototype.moe_training.tensor", "MXFP8TrainingWeightWrapperTensor")
