@@ -1,7 +1,8 @@
-"""The private torch and torchao names fp8advisor relies on, in one place (and the GPU checks of the training
-frameworks that `verify` lifts to run their own conversion on the CPU). torch and torchao move their internals
-between releases; when one of these breaks, this is the only file to change. Each function or constant says
-what it stands for and why nothing public does the job.
+"""The private torch and torchao names fp8advisor relies on, in one place (the GPU checks of the training
+frameworks that `verify` lifts to run their own conversion on the CPU:
+`fp8advisor.verification.lifted_checks`). torch and torchao move their internals between releases; when one of
+these breaks, this is the only file to change. Each function or constant says what it stands for and why
+nothing public does the job.
 
 Nothing is looked up at import, only when a function is called (`layers` and `suggest` must not pay for
 torch._dynamo or torchao's heavy modules). A moved name raises `CompatError` naming the version and the name,
@@ -73,8 +74,9 @@ def _import(module: str) -> types.ModuleType:
         raise _moved(module.partition(".")[0], f"cannot import {module}: {error}") from error
 
 
-def _require(module: str, name: str) -> Any:
-    """`module.name`, imported now; a `CompatError` naming the installed version when it has moved."""
+def required(module: str, name: str) -> Any:
+    """`module.name`, imported now; a `CompatError` naming the installed version when it has moved (also for
+    the frameworks' names `verification.lifted_checks` replaces)."""
     owner = _import(module)
     try:
         return getattr(owner, name)
@@ -88,14 +90,14 @@ def _require(module: str, name: str) -> Any:
 def device_constructors() -> set[Callable]:
     """The torch functions that create a tensor and take `device=`, the set `torch.set_default_device`
     redirects (`torch.utils._device._device_constructors`). torch publishes no list of its factories."""
-    return _require("torch.utils._device", "_device_constructors")()
+    return required("torch.utils._device", "_device_constructors")()
 
 
 def parse_to(*args: Any, **kwargs: Any) -> tuple:
     """(device, dtype, non_blocking, memory_format) of the arguments of a `Tensor.to` call, read by torch's
     own parser (`torch._C._nn._parse_to`). `.to` takes a device, a dtype, a tensor or several of them, by
     position or by name; nothing public says which one a call meant."""
-    return _require("torch._C._nn", "_parse_to")(*args, **kwargs)
+    return required("torch._C._nn", "_parse_to")(*args, **kwargs)
 
 
 def dynamo_imported() -> bool:
@@ -113,9 +115,9 @@ def dynamo_disabled_functions() -> list[Callable]:
     refs without dynamo, so this reads the wrappers' closures. Found once per process. The caller degrades
     when this raises: inspection still works, only slower.
     """
-    disable_dynamo = _require("torch", "_disable_dynamo")
+    disable_dynamo = required("torch", "_disable_dynamo")
     _import("torch._refs")  # the refs register their meta kernels on import
-    decomposition_tables = _require("torch._decomp", "global_decomposition_table")
+    decomposition_tables = required("torch._decomp", "global_decomposition_table")
     wrapper_code = disable_dynamo(lambda: None).__code__
     if "fn" not in wrapper_code.co_freevars:
         raise _moved("torch", "wraps functions with torch._disable_dynamo without holding them as `fn`")
@@ -284,7 +286,7 @@ def torch_dispatch_mode() -> type:
     """`torch.utils._python_dispatch.TorchDispatchMode`, the base class of a mode that sees every aten op with
     its real arguments. torch exports it under no public name (the public `TorchFunctionMode` sees torch
     functions, before they are decomposed into aten ops)."""
-    return _require("torch.utils._python_dispatch", "TorchDispatchMode")
+    return required("torch.utils._python_dispatch", "TorchDispatchMode")
 
 
 def eager_dispatch_mode() -> type:
@@ -348,14 +350,14 @@ def current_autograd_node() -> Any:
     """The autograd Node whose backward is running, None outside backward (`torch._C._current_autograd_node`):
     what ties a backward GEMM to the layer it belongs to. Public module and tensor hooks run before or after a
     node, never while its ops dispatch."""
-    return _require("torch._C", "_current_autograd_node")()
+    return required("torch._C", "_current_autograd_node")()
 
 
 def scaled_mm() -> Callable:
     """`torch._scaled_mm`, the float8 GEMM a benchmark times: the op torchao's float8 training calls for every
     float8 matmul (`torchao.float8.float8_ops`). The public `torch.nn.functional.scaled_mm` of recent torch
     is another entry point, not what torchao runs. Returned, not wrapped: it is called in timed loops."""
-    return _require("torch", "_scaled_mm")
+    return required("torch", "_scaled_mm")
 
 
 # --- torch: compilation -------------------------------------------------------------------------------------
@@ -364,20 +366,20 @@ def scaled_mm() -> Callable:
 def dynamo_reset() -> None:
     """Forget every compiled graph (`torch._dynamo.reset`), as torchao's benchmark does between
     configurations; the on-disk caches stay."""
-    _require("torch._dynamo", "reset")()
+    required("torch._dynamo", "reset")()
 
 
 def compile_cache_counters() -> dict[str, int]:
     """This process's inductor / AOTAutograd cache hits, misses and bypasses so far (monotonic counters: a
     compile's figures are the difference of two readings). Missing counters read 0."""
-    counters = _require("torch._dynamo.utils", "counters")
+    counters = required("torch._dynamo.utils", "counters")
     return {name: int(counters[group][key]) for name, (group, key) in CACHE_COUNTERS.items()}
 
 
 def compiled_graph_count() -> int:
     """Graphs dynamo has compiled in this process (`torch._dynamo.utils.counters["stats"]["unique_graphs"]`),
     a running count that `dynamo_reset` does not reset. torch reports compilations through no public API."""
-    return int(_require("torch._dynamo.utils", "counters")["stats"]["unique_graphs"])
+    return int(required("torch._dynamo.utils", "counters")["stats"]["unique_graphs"])
 
 
 def raise_recompile_limit(at_least: int) -> None:
@@ -409,7 +411,7 @@ def configure_compile_worker() -> None:
 
 def cuda_sleep(cycles: int) -> None:
     """Launch one GPU kernel that spins for about `cycles` clock cycles (`torch.cuda._sleep`)."""
-    _require("torch.cuda", "_sleep")(cycles)
+    required("torch.cuda", "_sleep")(cycles)
 
 
 def is_device_record(event) -> bool:
@@ -451,77 +453,28 @@ def auto_filter_for_recipe(recipe: str, filter_fqns: list[str]) -> Callable:
     """torchao's own `module_filter_fn` for `recipe` (`torchao.float8._auto_filter_for_recipe`): the Linear
     layers torchao itself would convert. torchao exports it from `torchao.float8` under a private name, and
     torchtitan calls it from there. Raises NotImplementedError for a recipe torchao has no rule for."""
-    return _require("torchao.float8", "_auto_filter_for_recipe")(recipe, filter_fqns=filter_fqns)
+    return required("torchao.float8", "_auto_filter_for_recipe")(recipe, filter_fqns=filter_fqns)
 
 
 def float8_linear() -> type:
     """`torchao.float8.float8_linear.Float8Linear`, the module `convert_to_float8_training` swaps in: what
     tells the converted layers from the others. torchao declares it "not a public API" and exports it
     nowhere else."""
-    return _require("torchao.float8.float8_linear", "Float8Linear")
+    return required("torchao.float8.float8_linear", "Float8Linear")
 
 
 def float8_training_tensor() -> type:
     """`torchao.float8.float8_training_tensor.Float8TrainingTensor`, the tensor a Float8Linear hands its
     GEMMs: what tells a float8 GEMM from a high-precision one in a trace. torchao declares it "not a public
     API" (`torchao.float8` re-exports it only so that `torch.load(weights_only=True)` can read it)."""
-    return _require("torchao.float8.float8_training_tensor", "Float8TrainingTensor")
+    return required("torchao.float8.float8_training_tensor", "Float8TrainingTensor")
 
 
 def compute_error(reference: Any, actual: Any) -> Any:
     """torchao's SQNR in dB, 20 log10(|reference| / |reference - actual|), as a 0-d tensor
     (`torchao.float8.float8_utils.compute_error`): the figure torchao's float8 tests report. It lives in a
     module torchao does not export."""
-    return _require("torchao.float8.float8_utils", "compute_error")(reference, actual)
-
-
-# --- the frameworks' own float8 conversion on the CPU (verify): only their GPU checks lifted ---------------
-@contextlib.contextmanager
-def _checks_answer_true(module: str, names: tuple[str, ...], optional: tuple[str, ...] = ()) -> Iterator:
-    """`module`'s functions `names` (and `optional` where present) answer True while open; they and
-    `torch._inductor.config.emulate_precision_casts` (set process-wide for rowwise) are put back after."""
-    loaded, inductor = _import(module), _import("torch._inductor.config")
-    checks = {name: _require(module, name) for name in names}
-    checks |= {name: getattr(loaded, name) for name in optional if hasattr(loaded, name)}
-    before = inductor.emulate_precision_casts
-    try:
-        for name in checks:
-            setattr(loaded, name, lambda *args, **kwargs: True)
-        yield
-    finally:
-        for name, check in checks.items():
-            setattr(loaded, name, check)
-        inductor.emulate_precision_casts = before
-
-
-def nemo_fp8_on_cpu() -> contextlib.AbstractContextManager:
-    """NeMo AutoModel's fp8 (0.7.0) on the CPU: its private `_has_cuda_capability` (SM89) answers True."""
-    return _checks_answer_true("nemo_automodel.components.quantization.fp8", ("_has_cuda_capability",))
-
-
-def torchtitan_fp8_on_cpu() -> contextlib.AbstractContextManager:
-    """torchtitan's float8 converters (0.2.2, 0.3.0) on the CPU: the `has_cuda_capability` (and 0.3's
-    `has_rocm_capability`) of their module, which refuse below SM89, answer True."""
-    float8 = "torchtitan.components.quantization.float8"
-    return _checks_answer_true(float8, ("has_cuda_capability",), ("has_rocm_capability",))
-
-
-@contextlib.contextmanager
-def accelerate_state_isolated() -> Iterator[None]:
-    """An empty accelerate state while open (the private `_shared_state` of accelerate.state's PartialState,
-    AcceleratorState, GradientState), the process's own after; `check_cuda_fp8_capability` answers True."""
-    names = ("PartialState", "AcceleratorState", "GradientState")
-    states = [_require("accelerate.state", name)._shared_state for name in names]
-    saved = [dict(state) for state in states]
-    with _checks_answer_true("accelerate.state", ("check_cuda_fp8_capability",)):
-        for state in states:
-            state.clear()
-        try:
-            yield
-        finally:
-            for state, before in zip(states, saved, strict=True):
-                state.clear()
-                state.update(before)
+    return required("torchao.float8.float8_utils", "compute_error")(reference, actual)
 
 
 # --- grouped expert GEMMs (bench --grouped) -----------------------------------------------------------------
@@ -531,7 +484,7 @@ def grouped_mm() -> Callable:
     """`torch._grouped_mm`, the bf16 grouped GEMM of MoE experts (torchtitan's GroupedExperts, transformers'
     `integrations/moe.py`) and the baseline of torchao's moe_training benchmarks. torch exposes it under this
     private name only. It runs on the CPU too (torch 2.13, forward and backward)."""
-    return _require("torch", "_grouped_mm")
+    return required("torch", "_grouped_mm")
 
 
 def fp8_rowwise_grouped_mm() -> Callable:
@@ -540,27 +493,27 @@ def fp8_rowwise_grouped_mm() -> Callable:
     casts of A and B (Triton kernels), then `torch._scaled_grouped_mm`, forward and backward. It is what
     `Float8TrainingOpConfig` (FP8_ROWWISE) dispatches every converted grouped GEMM to; torchao exports it only
     under this private name. CUDA only (Triton casts, no CPU kernel)."""
-    return _require("torchao.prototype.moe_training.fp8_grouped_mm", "_to_fp8_rowwise_then_scaled_grouped_mm")
+    return required("torchao.prototype.moe_training.fp8_grouped_mm", "_to_fp8_rowwise_then_scaled_grouped_mm")
 
 
 def float8_grouped_training_config() -> Any:
     """A default `torchao.prototype.moe_training.config.Float8TrainingOpConfig()`: the float8 dtype and output
     dtype torchao's grouped GEMM conversion uses (e4m3fn, or e4m3fnuz on MI300; bf16 out). A prototype
     module, so it is reached through here."""
-    return _require("torchao.prototype.moe_training.config", "Float8TrainingOpConfig")()
+    return required("torchao.prototype.moe_training.config", "Float8TrainingOpConfig")()
 
 
 def float8_training_weight_wrapper() -> type:
     """`torchao.prototype.moe_training.tensor.Float8TrainingWeightWrapperTensor`: the tensor subclass
     `quantize_(..., Float8TrainingOpConfig())` swaps expert weights to (its `torch._grouped_mm` calls run
     float8). A prototype module, so it is reached through here (verify checks a conversion with it)."""
-    return _require("torchao.prototype.moe_training.tensor", "Float8TrainingWeightWrapperTensor")
+    return required("torchao.prototype.moe_training.tensor", "Float8TrainingWeightWrapperTensor")
 
 
 def quantize_grouped_experts(model: Any, filter_fn: Callable) -> None:
     """torchao's own moe_training conversion, as a torchao file written by `suggest` calls it:
     `quantize_(model, config=Float8TrainingOpConfig(), filter_fn=filter_fn)` (in place)."""
-    quantize = _require("torchao.quantization.quant_api", "quantize_")
+    quantize = required("torchao.quantization.quant_api", "quantize_")
     quantize(model, config=float8_grouped_training_config(), filter_fn=filter_fn)
 
 
@@ -569,55 +522,11 @@ def float8_scaling() -> types.SimpleNamespace:
     and `to_fp8_saturated` (`torchao.float8.float8_utils`, a module torchao does not export) and the
     `AXISWISE` granularity (`torchao.float8.config.ScalingGranularity`)."""
     return types.SimpleNamespace(
-        tensor_to_scale=_require("torchao.float8.float8_utils", "tensor_to_scale"),
-        amax_to_scale=_require("torchao.float8.float8_utils", "amax_to_scale"),
-        to_fp8_saturated=_require("torchao.float8.float8_utils", "to_fp8_saturated"),
-        AXISWISE=_require("torchao.float8.config", "ScalingGranularity").AXISWISE,
+        tensor_to_scale=required("torchao.float8.float8_utils", "tensor_to_scale"),
+        amax_to_scale=required("torchao.float8.float8_utils", "amax_to_scale"),
+        to_fp8_saturated=required("torchao.float8.float8_utils", "to_fp8_saturated"),
+        AXISWISE=required("torchao.float8.config", "ScalingGranularity").AXISWISE,
     )
-
-
-__all__ = [
-    "AUTO_FILTER_COPIED_FROM",
-    "CACHE_COUNTERS",
-    "DYNAMO_DISABLE_CACHE_ATTR",
-    "SLEEP_KERNEL_MARKER",
-    "TESTED_WITH",
-    "TORCHAO_IMPORT_LOGGERS",
-    "accelerate_state_isolated",
-    "aten_op",
-    "auto_filter_copy_matches_installed",
-    "auto_filter_for_recipe",
-    "compile_cache_counters",
-    "compiled_graph_count",
-    "compute_error",
-    "configure_compile_worker",
-    "cuda_sleep",
-    "current_autograd_node",
-    "device_constructors",
-    "dynamo_disabled_functions",
-    "dynamo_deferred",
-    "dynamo_imported",
-    "dynamo_reset",
-    "eager_dispatch_mode",
-    "float8_grouped_training_config",
-    "float8_linear",
-    "float8_scaling",
-    "float8_training_weight_wrapper",
-    "fp8_rowwise_grouped_mm",
-    "grouped_mm",
-    "float8_training_tensor",
-    "installed_torchao_version",
-    "quantize_grouped_experts",
-    "is_device_record",
-    "nemo_fp8_on_cpu",
-    "op_schema",
-    "parse_to",
-    "raise_recompile_limit",
-    "scaled_mm",
-    "storage_address",
-    "torch_dispatch_mode",
-    "torchtitan_fp8_on_cpu",
-]
 
 
 # --- torchao: MXFP8 training (a prototype namespace; torchao 0.18's names) --------------------------------
@@ -628,13 +537,84 @@ def mx_training_api() -> tuple[type, type, type]:
     (`MXFP8TrainingOpConfig`, `MXFP8TrainingRecipe`, `KernelPreference`). They live under
     `torchao.prototype.moe_training` (torchao 0.18; earlier releases had `MXLinearConfig` instead)."""
     return (
-        _require("torchao.prototype.moe_training.config", "MXFP8TrainingOpConfig"),
-        _require("torchao.prototype.moe_training.config", "MXFP8TrainingRecipe"),
-        _require("torchao.quantization.quantize_.common.kernel_preference", "KernelPreference"),
+        required("torchao.prototype.moe_training.config", "MXFP8TrainingOpConfig"),
+        required("torchao.prototype.moe_training.config", "MXFP8TrainingRecipe"),
+        required("torchao.quantization.quantize_.common.kernel_preference", "KernelPreference"),
     )
 
 
 def mx_weight_tensor_class() -> type:
     """`MXFP8TrainingWeightWrapperTensor`, the tensor `quantize_(model, MXFP8TrainingOpConfig)` wraps a
     converted layer's weight in: what tells an MXFP8 layer from a bf16 one."""
-    return _require("torchao.prototype.moe_training.tensor", "MXFP8TrainingWeightWrapperTensor")
+    return required("torchao.prototype.moe_training.tensor", "MXFP8TrainingWeightWrapperTensor")
+
+
+def mx_grouped_mm() -> Callable:
+    """torchao's differentiable MXFP8 grouped GEMM
+    (`torchao.prototype.moe_training.mxfp8_grouped_mm._to_mxfp8_then_scaled_grouped_mm`): 1x32 casts with
+    E8M0 scales, their rearrangement to the blocked layout, then `torch._scaled_grouped_mm`, forward and
+    backward (KernelPreference.EMULATED: `to_mx` casts and a dequantized `torch._grouped_mm`, on the CPU too).
+    It is what `MXFP8TrainingOpConfig` dispatches every converted grouped GEMM to; torchao exports it only
+    under this private name."""
+    return required("torchao.prototype.moe_training.mxfp8_grouped_mm", "_to_mxfp8_then_scaled_grouped_mm")
+
+
+def mx_linear_class() -> type:
+    """`torchao.prototype.moe_training.mxfp8_linear.MXFP8Linear`, the nn.Linear subclass torchtitan 0.3's
+    `MXFP8LinearConverter` builds its MXFP8Linear from (torchtitan/components/quantization/mx.py:21-25): what
+    tells a layer torchtitan converted. A prototype module, so it is reached through here."""
+    return required("torchao.prototype.moe_training.mxfp8_linear", "MXFP8Linear")
+
+
+def mx_tensor_class() -> type:
+    """`torchao.prototype.mx_formats.mx_tensor.MXTensor`: the operand an MXFP8 GEMM receives (e4m3
+    elements with E8M0 scales; `aten.mm` on two of them is the block-scaled GEMM, dequantized when
+    emulated): what tells an MXFP8 GEMM from a bf16 one in a trace."""
+    return required("torchao.prototype.mx_formats.mx_tensor", "MXTensor")
+
+
+__all__ = [
+    "AUTO_FILTER_COPIED_FROM",
+    "CACHE_COUNTERS",
+    "DYNAMO_DISABLE_CACHE_ATTR",
+    "SLEEP_KERNEL_MARKER",
+    "TESTED_WITH",
+    "TORCHAO_IMPORT_LOGGERS",
+    "aten_op",
+    "auto_filter_copy_matches_installed",
+    "auto_filter_for_recipe",
+    "compile_cache_counters",
+    "compiled_graph_count",
+    "compute_error",
+    "configure_compile_worker",
+    "cuda_sleep",
+    "current_autograd_node",
+    "device_constructors",
+    "dynamo_deferred",
+    "dynamo_disabled_functions",
+    "dynamo_imported",
+    "dynamo_reset",
+    "eager_dispatch_mode",
+    "float8_grouped_training_config",
+    "float8_linear",
+    "float8_scaling",
+    "float8_training_tensor",
+    "float8_training_weight_wrapper",
+    "fp8_rowwise_grouped_mm",
+    "grouped_mm",
+    "installed_torchao_version",
+    "is_device_record",
+    "mx_grouped_mm",
+    "mx_linear_class",
+    "mx_tensor_class",
+    "mx_training_api",
+    "mx_weight_tensor_class",
+    "op_schema",
+    "parse_to",
+    "quantize_grouped_experts",
+    "raise_recompile_limit",
+    "required",
+    "scaled_mm",
+    "storage_address",
+    "torch_dispatch_mode",
+]

@@ -125,6 +125,16 @@ FAMILY_COMPUTE_CAPABILITY: dict[str, tuple[int, int]] = {
 }
 
 
+def recipes_for_family(family: str | None) -> tuple:
+    """The recipes a GPU family runs (`recipes.recipes_for_compute_capability`); AMD's MI300X: the float8
+    recipes (no MXFP8 tensor cores before CDNA4); an unknown family: every recipe."""
+    from fp8advisor.recipes import FLOAT8_RECIPES, recipes_for_compute_capability
+
+    if family == "MI300X":
+        return FLOAT8_RECIPES
+    return recipes_for_compute_capability(FAMILY_COMPUTE_CAPABILITY.get(family or ""))
+
+
 # CUDA device-name prefixes per family, most specific first ("NVIDIA GB200" must not read as B200).
 _NAME_PREFIXES: tuple[tuple[str, str], ...] = (
     ("NVIDIA GB200", "GB200"),

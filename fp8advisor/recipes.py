@@ -55,6 +55,9 @@ MXFP8_ALIAS = "mxfp8"
 #: Elements per E8M0 scale in MXFP8 (OCP MX spec 1.0; torchao's block_size=32).
 MX_BLOCK_SIZE = 32
 
+#: Names of FP4 recipes (torchao's NVFP4 / MXFP4), refused with their own message: not advised.
+FP4_PREFIXES = ("nvfp4", "mxfp4")
+
 FLOAT8_RECIPES: tuple[Recipe, ...] = (Recipe.TENSORWISE, Recipe.ROWWISE, Recipe.ROWWISE_WITH_GW_HP)
 MX_RECIPES: tuple[Recipe, ...] = (Recipe.MXFP8_RCEIL, Recipe.MXFP8_RCEIL_WGRAD_WITH_HP)
 
@@ -87,8 +90,14 @@ def mx_unsupported_reason(capability: tuple[int, int] | None) -> str | None:
 
 def parse_recipe(name: str) -> Recipe:
     """`Recipe` from its name; a clear error listing the valid names otherwise."""
-    from fp8advisor.errors import parse_choice
+    from fp8advisor.errors import AdvisorError, parse_choice
 
+    if isinstance(name, str) and name.lower().startswith(FP4_PREFIXES):
+        raise AdvisorError(
+            f"fp8advisor does not advise {name}: FP4 training (torchao's NVFP4, torchtitan 0.3's NVFP4 "
+            "converter) has no profile, roofline or config format here",
+            hint="use an FP8 recipe (tensorwise, rowwise, rowwise_with_gw_hp, mxfp8); README: 'Blackwell'",
+        )
     return parse_choice(Recipe, name, "recipe")
 
 

@@ -116,8 +116,9 @@ class StubChoice:
 
 
 def modelled_choice():
-    """A real in-memory `ProfileChoice`: the H100 roofline model for every recipe (provenance modelled)."""
-    from fp8advisor.gpus import GPU_SPECS
+    """A real in-memory `ProfileChoice`: the H100 roofline model for every recipe an H100 runs (provenance
+    modelled)."""
+    from fp8advisor.gpus import GPU_SPECS, recipes_for_family
     from fp8advisor.predict.profile import DeviceInfo, Profile, RecipeProfile
     from fp8advisor.predict.selection import ProfileChoice
 
@@ -127,7 +128,7 @@ def modelled_choice():
         source="tests",
         created="2026-11-22",
         device=DeviceInfo("NVIDIA H100 80GB HBM3", "H100", (9, 0)),
-        recipes={r.value: RecipeProfile(model={"fused": True}) for r in Recipe},
+        recipes={r.value: RecipeProfile(model={"fused": True}) for r in recipes_for_family("H100")},
         roofline=GPU_SPECS["H100"],
     )
     return ProfileChoice(primary=profile, fallback=None, reason="built in the tests")

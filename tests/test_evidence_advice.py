@@ -13,7 +13,7 @@ from fp8advisor.advice.linears import decide_layers
 from fp8advisor.advice.recipe_choice import NUMERICS, choose_recipe
 from fp8advisor.cli.application import app
 from fp8advisor.predict.speedup import LayerTimes, Prediction
-from fp8advisor.recipes import Recipe
+from fp8advisor.recipes import FLOAT8_RECIPES, Recipe
 
 LLAMA = "data/models/llama3.py:llama3_8b(n_layers=2)"
 runner = CliRunner()
@@ -97,12 +97,14 @@ def test_auto_ranks_the_recipes_by_predicted_step_speedup(llama):
         prediction = Prediction(speedup_of[recipe], "evidence", "fitted", "test")
         return LayerTimes(1e-3, 1e-3 / speedup_of[recipe], prediction, "modelled", "modelled")
 
-    chosen, reason, options = choose_recipe(llama, None, predictor, 1.01, 1, step_speedup=step_speedup)
+    chosen, reason, options = choose_recipe(
+        llama, None, predictor, 1.01, 1, FLOAT8_RECIPES, step_speedup=step_speedup
+    )
     assert chosen is Recipe.ROWWISE
     assert "highest predicted step speedup" in reason and NUMERICS in reason
     assert {o.recipe: o.predicted_step_speedup for o in options} == step_speedups
     # without a step model: the lowest predicted Linear time
-    chosen, reason, _ = choose_recipe(llama, None, predictor, 1.01, 1)
+    chosen, reason, _ = choose_recipe(llama, None, predictor, 1.01, 1, FLOAT8_RECIPES)
     assert chosen is Recipe.TENSORWISE and "lowest predicted Linear time" in reason
     # among the recipes the framework supports only
     chosen, _, _ = choose_recipe(

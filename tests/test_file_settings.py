@@ -156,10 +156,10 @@ def test_accelerate_uses_the_config_as_written(written):
     """The file run as written (our own output): the config accelerate's `_prepare_ao` hands torchao says
     all-gather as asked and no padding, never accelerate's own defaults (True, True)."""
     pytest.importorskip("accelerate")
-    from fp8advisor import compat
+    from fp8advisor.verification import lifted_checks
 
     for asked in (True, False):
-        with compat.accelerate_state_isolated():
+        with lifted_checks.accelerate_state_isolated():
             accelerator = runpy.run_path(str(written["accelerate", asked]))["accelerator"]
             config = accelerator.ao_recipe_handler.config
         assert config.enable_fsdp_float8_all_gather is asked

@@ -162,10 +162,11 @@ def test_accelerate_is_run_beside_the_callers_own_accelerate_state(written):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
 
-    from fp8advisor import compat
+    from fp8advisor.verification import lifted_checks
 
     target, advice, files, meta_model = written["dense"]
-    with compat.accelerate_state_isolated():  # the outer one only keeps this test's state out of the others'
+    # the outer one only keeps this test's state out of the others'
+    with lifted_checks.accelerate_state_isolated():
         Accelerator(mixed_precision="bf16")
         assert _native(files["accelerate"], target, meta_model).linear_fqns == set(advice["convert_fqns"])
         assert AcceleratorState().mixed_precision == "bf16"

@@ -235,9 +235,12 @@ def test_auto_recipe_choices_follow_the_format():
     from fp8advisor.frameworks.formats import ConfigFormat
     from fp8advisor.recipes import ALL_RECIPES, Recipe
 
-    assert _recipes_the_format_holds(ConfigFormat.MEGATRON) == (Recipe.TENSORWISE,)
+    # Transformer Engine: tensorwise and mxfp8 (issue 30); MXFP8 only where the format can write it
+    assert _recipes_the_format_holds(ConfigFormat.MEGATRON) == (Recipe.TENSORWISE, Recipe.MXFP8_RCEIL)
     assert Recipe.TENSORWISE not in _recipes_the_format_holds(ConfigFormat.TORCHTITAN_PY)
+    assert Recipe.MXFP8_RCEIL_WGRAD_WITH_HP not in _recipes_the_format_holds(ConfigFormat.TORCHTITAN_PY)
     assert _recipes_the_format_holds(ConfigFormat.TORCHAO) == ALL_RECIPES
+    assert not set(_recipes_the_format_holds(ConfigFormat.ACCELERATE)) & {Recipe.MXFP8_RCEIL}
 
 
 def _table_lines(output: str) -> list[str]:

@@ -157,7 +157,7 @@ def _figure_warnings(advice: Advice) -> list[str]:
 
 def expert_warnings_and_notes(advice: Advice, model_layers: ModelLayers) -> tuple[list[str], list[str]]:
     """(warnings, notes) about the routed experts."""
-    from fp8advisor.predict.roofline import GROUPED_RECIPE
+    from fp8advisor.predict.mx_grouped import grouped_recipe_for
 
     experts, recipe = advice.experts, advice.recipe
     tensor_parallel, expert_parallel = advice.tensor_parallel, advice.expert_parallel
@@ -189,10 +189,11 @@ def expert_warnings_and_notes(advice: Advice, model_layers: ModelLayers) -> tupl
             "measurement: measure this GPU with `fp8advisor bench --grouped` and `fit` before relying on them"
         )
     grouped_convert = [e for e in experts if e.convert and e.form == ExpertForm.GROUPED.value]
-    if grouped_convert and recipe is not GROUPED_RECIPE:
+    if grouped_convert and recipe is not grouped_recipe_for(recipe):
         notes.append(
-            f"routed experts run {GROUPED_RECIPE.value}: torchao's float8 grouped GEMMs are rowwise only, "
-            f"whatever the Linear recipe ({recipe.value})"
+            f"routed experts run {grouped_recipe_for(recipe).value}: torchao's float8 grouped GEMMs are "
+            f"rowwise only, whatever the Linear recipe ({recipe.value}) (MXFP8 Linears pair with MXFP8 "
+            "grouped experts)"
         )
     if tensor_parallel > 1:
         notes.append(

@@ -37,7 +37,7 @@ from fp8advisor.advice.strategies import compare_strategies
 from fp8advisor.frameworks.filters import Framework
 from fp8advisor.frameworks.shortest_filter import shortest_exact_filter
 from fp8advisor.inspect.records import ExpertForm, ModelLayers
-from fp8advisor.recipes import ALL_RECIPES, Recipe, dims_divisible_by_16, parse_recipe
+from fp8advisor.recipes import ALL_RECIPES, Recipe, dims_supported, parse_recipe
 from fp8advisor.request import AUTO, DEFAULT_MIN_SPEEDUP, check_degree, check_min_speedup
 
 
@@ -222,7 +222,7 @@ def _decide(
     measured = in_context(recipe) if in_context is not None else None
     profile_decisions: dict[str, bool] = {}
     if measured is not None:
-        decided, profile_decisions = _decide_in_context(decided, measured)
+        decided, profile_decisions = _decide_in_context(decided, measured, recipe)
     decided, experts = decide_experts(
         inputs.model_layers,
         decided,
@@ -269,7 +269,9 @@ def _grouped_profile_name(profile_choice, model_layers: ModelLayers) -> str | No
     return None if source is None else source.name
 
 
-def _decide_in_context(decided: list[LayerAdvice], measured) -> tuple[list[LayerAdvice], dict[str, bool]]:
+def _decide_in_context(
+    decided: list[LayerAdvice], measured, recipe: Recipe
+) -> tuple[list[LayerAdvice], dict[str, bool]]:
     """`decided` with the layers the in-context results decide replaced by their decision, and what the
     profile had decided for those layers."""
     from fp8advisor.advice.in_context import MEASURED_IN_CONTEXT
@@ -277,7 +279,7 @@ def _decide_in_context(decided: list[LayerAdvice], measured) -> tuple[list[Layer
     convertible = {
         layer.fqn
         for layer in decided
-        if layer.counts_in_linear_time and dims_divisible_by_16(layer.K, layer.N)
+        if layer.counts_in_linear_time and dims_supported(recipe, layer.K, layer.N)
     }
     decisions = measured.decisions(convertible)
     profile = {layer.fqn: layer.convert for layer in decided if layer.fqn in decisions}

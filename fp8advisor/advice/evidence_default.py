@@ -19,7 +19,7 @@ import numpy as np
 
 from fp8advisor.advice.evidence_steps import anchors_from_evidence, step_residuals
 from fp8advisor.advice.step import Calibration
-from fp8advisor.gpus import get_specs
+from fp8advisor.gpus import get_specs, recipes_for_family
 from fp8advisor.predict.evidence import EvidenceSource, linear_figures, load_evidence
 from fp8advisor.predict.fit_error import leave_one_out, prediction_error
 from fp8advisor.predict.loso import (
@@ -90,7 +90,9 @@ def evidence_report(
     residuals = leave_one_source_out(figures, CANDIDATES, steps)
     measured = measured_tables(sources)
     choices = {
-        (gpu, recipe): choose(residuals, gpu, recipe, measured) for gpu in families for recipe in Recipe
+        (gpu, recipe): choose(residuals, gpu, recipe, measured)
+        for gpu in families
+        for recipe in evidence_recipes(gpu, figures)
     }
     intervals = {}
     for (gpu, recipe), (candidate, _) in choices.items():
@@ -105,6 +107,14 @@ def evidence_report(
     return EvidenceReport(
         tuple(sources), tuple(residuals), choices, intervals, profiles, tuple(skipped), tuple(held_out)
     )
+
+
+def evidence_recipes(gpu: str, figures) -> list[Recipe]:
+    """The recipes an evidence profile of `gpu` predicts: those the GPU runs with at least one Linear figure
+    in the evidence base (today the float8 ones; MXFP8 has none, so its figures stay the roofline profile's,
+    labelled modelled)."""
+    with_figures = {figure.recipe for figure in figures}
+    return [recipe for recipe in recipes_for_family(gpu) if recipe in with_figures]
 
 
 def family_of(gpu: str) -> str:
@@ -149,8 +159,8 @@ def _family_profile(fitted, gpu: str, choices, intervals, sources, residuals, me
     """The evidence profile of `gpu`: each recipe predicted by its chosen candidate, with its interval and
     its held-out error: the chosen candidate on the held-out Linear figures of the recipe on this GPU (on
     every GPU where it has none); a GPU's own measured table, its leave-one-out error within itself."""
-    chosen = {recipe: choices[(gpu, recipe)][0] for recipe in Recipe}
-    stated = {recipe: intervals[(gpu, recipe)] for recipe in Recipe if (gpu, recipe) in intervals}
+    chosen = {recipe: choice[0] for (family, recipe), choice in choices.items() if family == gpu}
+    stated = {recipe: intervals[(gpu, recipe)] for recipe in chosen if (gpu, recipe) in intervals}
     profile = candidate_profile(fitted, chosen, gpu, name=f"{gpu.lower()}-evidence", intervals=stated)
     recipes = {}
     for name, body in profile.recipes.items():

@@ -3,7 +3,9 @@
 A group (`fp8advisor.inspect.records.ExpertGroup`) converts iff M per expert is known, every GEMM's K and N
 are multiples of 16, and its predicted speedup (all its GEMMs' bf16 time / float8 time) reaches
 `min_speedup`. Grouped experts (3-D weights) are predicted as grouped GEMMs
-(`fp8advisor.predict.speedup.predict_expert_group`: torchao's grouped float8 is rowwise); a ModuleList of
+(`fp8advisor.predict.speedup.predict_expert_group`) in the grouped recipe that goes with the Linear recipe
+(`predict.mx_grouped.grouped_recipe_for`: rowwise for float8, torchao's only float8 grouped recipe; the MXFP8
+recipe itself for MXFP8, as torchtitan 0.3's `MXFP8GroupedExpertsConverter` does); a ModuleList of
 expert Linears from its Linears' own predictions, and its Linears follow the group's decision. Routers are
 never converted (their N is E). `--expert-imbalance` gives each group a speedup range; `--ep P` predicts and
 decides each group as one GPU runs it, E / P experts (`local_experts`).
@@ -20,11 +22,12 @@ from fp8advisor.advice.linears import HOW_RANK, Predictor, decide_layers
 from fp8advisor.advice.records import ExpertAdvice, LayerAdvice
 from fp8advisor.inspect.records import ExpertForm, ExpertGemm, ExpertGroup, ModelLayers
 from fp8advisor.predict.figures import weakest_provenance
-from fp8advisor.recipes import Recipe, dims_divisible_by_16
+from fp8advisor.recipes import Recipe, dims_divisible_by_16, dims_supported
 from fp8advisor.request import check_expert_imbalance
 
-#: `expert_predictor(group, imbalance)` -> `predict.speedup.GroupTimes` (None: M per expert unknown).
-ExpertPredictor = Callable[[ExpertGroup, float], Any]
+#: `expert_predictor(group, imbalance[, grouped_recipe])` -> `predict.speedup.GroupTimes` (None: M per expert
+#: unknown); the grouped recipe is passed only when it is not rowwise (an MXFP8 recipe).
+ExpertPredictor = Callable[..., Any]
 
 
 def check_expert_parallel(expert_parallel: int, groups: Sequence[ExpertGroup]) -> int:
@@ -66,7 +69,13 @@ def default_expert_predictor(profile_choice) -> ExpertPredictor:
     from fp8advisor.predict.speedup import predict_expert_group
 
     @functools.cache
-    def by_shape(n_experts: int, M_total: int | None, gemms: tuple[tuple[int, int], ...], imbalance: float):
+    def by_shape(
+        n_experts: int,
+        M_total: int | None,
+        gemms: tuple[tuple[int, int], ...],
+        imbalance: float,
+        recipe: Recipe,
+    ):
         shape = ExpertGroup(
             fqn="",
             cls="",
@@ -78,18 +87,21 @@ def default_expert_predictor(profile_choice) -> ExpertPredictor:
             M_total=M_total,
             gemms=tuple(ExpertGemm(f"gemm{i}", K, N, ()) for i, (K, N) in enumerate(gemms)),
         )
-        return predict_expert_group(profile_choice, shape, imbalance)
+        return predict_expert_group(profile_choice, shape, imbalance, recipe)
 
-    def predict(group: ExpertGroup, imbalance: float):
+    def predict(group: ExpertGroup, imbalance: float, recipe: Recipe = Recipe.ROWWISE):
         gemms = tuple((gemm.K, gemm.N) for gemm in group.gemms)
-        return by_shape(group.n_experts, group.M_total, gemms, imbalance)
+        return by_shape(group.n_experts, group.M_total, gemms, imbalance, recipe)
 
     return predict
 
 
-def odd_gemms(group: ExpertGroup, tensor_parallel: int) -> list[str]:
-    """The GEMMs of `group` whose K or N is not a multiple of 16 (float8 GEMMs need them), as "w1 KxN"; for
-    ModuleList experts under tensor parallelism, also those whose 1/tp shard is not. Empty: convertible."""
+def odd_gemms(group: ExpertGroup, tensor_parallel: int, recipe: Recipe = Recipe.ROWWISE) -> list[str]:
+    """The GEMMs of `group` whose K or N is not a multiple of 16 (float8 GEMMs need them; 32 for MXFP8,
+    `recipes.dims_supported`), as "w1 KxN"; for ModuleList experts under tensor parallelism, also those whose
+    1/tp shard is not. Empty: convertible."""
+    if recipe.is_mx:
+        return [f"{g.name} {g.K}x{g.N}" for g in group.gemms if not dims_supported(recipe, g.K, g.N)]
     odd = [
         f"{gemm.name} {gemm.K}x{gemm.N}" for gemm in group.gemms if not dims_divisible_by_16(gemm.K, gemm.N)
     ]
@@ -169,8 +181,9 @@ def _decide_group(
     """One decision for a whole group: convert iff M per expert is known, every GEMM's K and N are multiples
     of 16, and the group's predicted speedup (all its GEMMs' bf16 time / float8 time) reaches min_speedup.
     With expert parallelism the group is predicted as one GPU runs it (`local_experts`)."""
-    from fp8advisor.predict.roofline import GROUPED_RECIPE
+    from fp8advisor.predict.mx_grouped import grouped_recipe_for
 
+    grouped_recipe = grouped_recipe_for(recipe)
     grouped = group.form is ExpertForm.GROUPED
     local = local_experts(group, expert_parallel)
     common = dict(
@@ -180,7 +193,7 @@ def _decide_group(
         n_experts=group.n_experts,
         top_k=group.top_k,
         M_per_expert=local.M_per_expert,
-        recipe=(GROUPED_RECIPE if grouped else recipe).value,
+        recipe=(grouped_recipe if grouped else recipe).value,
         E_local=None if expert_parallel == 1 else local.n_experts,
         other_parameters=group.other_parameters,
         tokens=group.tokens,
@@ -188,7 +201,8 @@ def _decide_group(
     )
     timing: dict[str, Any] = {}
     if grouped:
-        times = expert_predictor(local, imbalance) if local.M_total else None
+        extra = (grouped_recipe,) if grouped_recipe.is_mx else ()  # rowwise: the predictor's default
+        times = expert_predictor(local, imbalance, *extra) if local.M_total else None
         if times is not None:
             timing = dict(
                 predicted_speedup=times.bf16_s / times.float8_s,
@@ -216,14 +230,17 @@ def _decide_group(
                 provenance=weakest_provenance({layer.provenance for layer in timed if layer.provenance}),
                 how=max((layer.how or "modelled" for layer in timed), key=lambda h: HOW_RANK.get(h, 9)),
             )
-    odd = odd_gemms(group, tensor_parallel)
-    kind = f"grouped {GROUPED_RECIPE.value}" if grouped else f"expert Linears, {recipe.value}"
+    odd = odd_gemms(group, tensor_parallel, recipe)
+    kind = f"grouped {grouped_recipe.value}" if grouped else f"expert Linears, {recipe.value}"
     if not timing:
         why = "top_k unknown and the dispatch did not trace" if group.top_k is None else "no rows traced"
         return ExpertAdvice(convert=False, reason=f"M per expert unknown ({why})", **common, **timing)
     speedup = timing["predicted_speedup"]
     if odd:
-        reason = f"K or N not divisible by 16 ({', '.join(odd)}): float8 GEMMs need multiples of 16"
+        size, kind_of = recipe.block_size, "MXFP8" if recipe.is_mx else "float8"
+        reason = (
+            f"K or N not divisible by {size} ({', '.join(odd)}): {kind_of} GEMMs need multiples of {size}"
+        )
         return ExpertAdvice(convert=False, reason=reason, **common, **timing)
     if speedup >= min_speedup:
         return ExpertAdvice(

@@ -31,7 +31,7 @@ from fp8advisor.advice.tp_plan import COLWISE, ROWWISE, tp_style
 from fp8advisor.inspect.folding import Folded, fold_repeated
 from fp8advisor.inspect.records import GemmLayer, LayerStatus
 from fp8advisor.predict.figures import weakest_provenance
-from fp8advisor.recipes import Recipe, dims_divisible_by_16
+from fp8advisor.recipes import Recipe, dims_supported
 
 #: `predictor(recipe, M, K, N)` -> an object with bf16_s, float8_s and speedup (a
 #: `predict.speedup.Prediction`), as `fp8advisor.predict.speedup.LayerTimes`.
@@ -219,17 +219,18 @@ def decide_layers(
             speedup_interval=predicted.interval,
         )
         sharded = layer_slices(layer, tensor_parallel)
-        if not dims_divisible_by_16(layer.K, layer.N):
-            reason = f"K={layer.K} or N={layer.N} not divisible by 16 (float8 GEMMs need multiples of 16)"
+        size = recipe.block_size
+        if not dims_supported(recipe, layer.K, layer.N):
+            reason = f"K={layer.K} or N={layer.N} not divisible by {size} ({recipe}: multiples of {size})"
             decided.append(LayerAdvice(convert=False, reason=reason, float8_time_s=bf16, **timing, **common))
         elif uneven_split(layer.K, layer.N, tensor_parallel, tp_style(layer.fqn)):
             reason = (
                 f"--tp {tensor_parallel} does not divide K={layer.K} or N={layer.N}: uneven slices, and "
-                "float8 needs every GPU's slice a multiple of 16"
+                f"{recipe} needs every GPU's slice a multiple of {size}"
             )
             decided.append(LayerAdvice(convert=False, reason=reason, float8_time_s=bf16, **timing, **common))
-        elif tensor_parallel > 1 and not all(dims_divisible_by_16(k, n) for k, n in sharded):
-            reason = f"a 1/{tensor_parallel} shard of K or N is not divisible by 16"
+        elif tensor_parallel > 1 and not all(dims_supported(recipe, k, n) for k, n in sharded):
+            reason = f"a 1/{tensor_parallel} shard of K or N is not divisible by {size}"
             decided.append(LayerAdvice(convert=False, reason=reason, float8_time_s=bf16, **timing, **common))
         else:
             convert = speedup >= min_speedup

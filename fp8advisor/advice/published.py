@@ -40,6 +40,7 @@ class PublishedResult:
     speedup: float | None
     float8_all_gather: bool = False
     fit: bool = False
+    label: str | None = None  # the source's own name for the run, where it differs from the recipe's
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ def _anchor(entry: dict) -> Anchor:
             speedup=result.get("speedup"),
             float8_all_gather=bool(result.get("float8_all_gather", False)),
             fit=bool(result.get("fit", False)),
+            label=result.get("label"),
         )
         for result in entry["results"]
     )
@@ -254,7 +256,8 @@ def comparisons(prediction: AnchorPrediction) -> list[Comparison]:
         else:
             step = next(step for published, step in prediction.float8 if published is result)
             speedup = prediction.bf16.step_s / step.step_s
-            what = result.recipe.value + (" + float8 all-gather" if result.float8_all_gather else "")
+            what = result.recipe.value + (f" ({result.label})" if result.label else "")
+            what += " + float8 all-gather" if result.float8_all_gather else ""
             figures = (
                 f"speedups {step.speedup_provenance}, "
                 f"bf16 times {prediction.bf16.term('linear_bf16').provenance}"

@@ -41,9 +41,10 @@ Every term above is a GPU kernel-time model. A real step runs slower than its ke
 limits under load, communication kernels sharing the SMs, launch gaps, imperfect fusion): all compute terms
 are divided by one **in-step efficiency** per GPU family (`fp8advisor.advice.step_calibration`), the only
 constant fitted, each to one published bf16 throughput of that family (`data/anchors/step_calibration.json`
-names which; a family without one takes H100's). Dividing every compute term by the same number leaves a
-predicted *speedup* untouched except where communication shows (the communication terms are not divided):
-the published speedups are checks of the model, not inputs to it.
+names which; a family without one takes its architecture's, GB200 and B300 B200's, H200 H100's, else
+H100's). Dividing every compute term by the same number leaves a predicted *speedup* untouched except where
+communication shows (the communication terms are not divided): the published speedups are checks of the
+model, not inputs to it.
 """
 
 from __future__ import annotations

@@ -45,13 +45,14 @@ class Calibration:
     @classmethod
     def of(cls, data: dict, family: str | None = None, path: Path | None = None) -> Calibration:
         """The calibration of `family` (None: the default family) in a calibration file's content; a family
-        it has no entry for gets the default family's, its `fitted_to` saying so. `ValueError` when the
-        content is not a calibration."""
+        it has no entry for gets its architecture's (`sibling_family`: GB200 and B300 take B200's, H200
+        H100's), else the default family's, its `fitted_to` saying so. `ValueError` when the content is not a
+        calibration."""
         try:
             if data.get("schema") != CALIBRATION_SCHEMA:
                 raise ValueError(f"schema is {data.get('schema')!r}, not {CALIBRATION_SCHEMA!r}")
             families = data["families"]
-            default = str(data["default_family"])
+            default = sibling_family(family, families) or str(data["default_family"])
             entry = families.get(family or default) or families[default]
             efficiency = float(entry["in_step_efficiency"])
             fitted_to = str(entry["fitted_to"])
@@ -64,4 +65,15 @@ class Calibration:
         return cls(efficiency, fitted_to, path)
 
 
-__all__ = ["CALIBRATION_PATH", "CALIBRATION_SCHEMA", "Calibration"]
+def sibling_family(family: str | None, fitted) -> str | None:
+    """A fitted family of the same GPU architecture as `family` (the same compute capability major: GB200
+    and B300 are Blackwell like B200), when `family` has no fit of its own; None otherwise."""
+    from fp8advisor.gpus import FAMILY_COMPUTE_CAPABILITY
+
+    major = FAMILY_COMPUTE_CAPABILITY.get(family or "", (None,))[0]
+    if family is None or family in fitted or major is None:
+        return None
+    return next((f for f in sorted(fitted) if FAMILY_COMPUTE_CAPABILITY.get(f, (None,))[0] == major), None)
+
+
+__all__ = ["CALIBRATION_PATH", "CALIBRATION_SCHEMA", "Calibration", "sibling_family"]

@@ -369,6 +369,12 @@ def _step_notes(advice, model_layers, experts: tuple, config: StepConfig) -> lis
             "all-gathered in float8, one shared input cast); a trainer whose TP moves them in bf16 "
             "(torchtitan 0.3 has no tensorwise; other frameworks' TP plans) gains less"
         )
+    if config.tp > 1 and advice.recipe.is_mx:
+        notes.append(
+            "MXFP8 + tensor parallelism: priced with bf16 collectives (torchtitan 0.3's TP plans have no "
+            "MX styles; torchao's MX training tensor shards under DTensor) and unfused casts; no published "
+            "MXFP8 + TP run checks it"
+        )
     if config.tp > 1 and any(e.form == ExpertForm.GROUPED.value for e in experts):
         notes.append(
             f"routed experts are priced whole on each GPU: --tp {config.tp} does not split them here"

@@ -244,6 +244,8 @@ def tp_cast_adjustment(
     recipe = config.float8_recipe
     if recipe is None or not converted:
         return 0.0, "no float8 layer: no casts"
+    if recipe.is_mx:  # torchao's MX casts never fuse: the profile priced them unfused already
+        return 0.0, f"{recipe.value} casts under TP {config.tp}: unfused everywhere, as priced"
 
     def cast_bytes(role: str, numel: float, fused: bool) -> float:
         return float(sum(cast_kernel_bytes(role, int(numel), recipe, fused=fused)))

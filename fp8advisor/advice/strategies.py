@@ -20,7 +20,7 @@ from fp8advisor.advice.records import ExpertAdvice, LayerAdvice, Strategy
 from fp8advisor.frameworks.filters import Framework, converted_by_framework
 from fp8advisor.frameworks.shortest_filter import FilterList
 from fp8advisor.inspect.records import GemmLayer, ModelLayers
-from fp8advisor.recipes import Recipe, dims_divisible_by_16
+from fp8advisor.recipes import Recipe, dims_supported
 
 
 def compare_strategies(
@@ -40,7 +40,9 @@ def compare_strategies(
     convertible = {
         layer.fqn
         for layer in decided
-        if layer.counts_in_linear_time and dims_divisible_by_16(layer.K, layer.N) and layer.fqn not in routers
+        if layer.counts_in_linear_time
+        and dims_supported(recipe, layer.K, layer.N)
+        and layer.fqn not in routers
     }
     advised_groups = tuple(e.group for e in experts if e.convert)
     convertible_groups = tuple(

@@ -105,7 +105,8 @@ def bench(
         list[str] | None,
         typer.Option(
             "--recipes",
-            help="Comma-separated: tensorwise, rowwise, rowwise_with_gw_hp (default all); bf16 always runs.",
+            help="Comma-separated: tensorwise, rowwise, rowwise_with_gw_hp; mxfp8 (= mxfp8_rceil), "
+            "mxfp8_rceil_wgrad_with_hp on Blackwell (default: what this GPU runs); bf16 always runs.",
         ),
     ] = None,
     out: Annotated[
@@ -455,6 +456,7 @@ def _prepare_sweep(options: _BenchOptions, worker) -> _Sweep:
     from fp8advisor.files import check_output_directory
     from fp8advisor.measure.linear import LINEAR, make_grid
     from fp8advisor.measure.protocol import BenchSettings
+    from fp8advisor.measure.recipe_support import gpu_capability
     from fp8advisor.measure.schedule import Shard, check_time_budget
 
     out = options.out if options.out is not None else DEFAULT_OUT
@@ -464,8 +466,10 @@ def _prepare_sweep(options: _BenchOptions, worker) -> _Sweep:
     check_time_budget(options.time_budget)
     _check_compile_options(options)
     check_output_directory(out)
+    capability = None  # the GPU's compute capability decides the recipes (MXFP8 on 10.x only)
     if not options.emulate:
         require_fp8_gpu()  # exit 2 with a clear message before anything else happens
+        capability = gpu_capability()
     settings = BenchSettings(
         emulate=options.emulate,
         compile_workers=options.compile_workers,
@@ -482,6 +486,7 @@ def _prepare_sweep(options: _BenchOptions, worker) -> _Sweep:
             N=_integers(options.N, "--N"),
             recipes=_names(options.recipes),
             emulate=options.emulate,
+            capability=capability,
         )
         return _Sweep(chosen, out, with_grouped_defaults(settings), GROUPED, chosen_shard)
     chosen = make_grid(
@@ -491,6 +496,7 @@ def _prepare_sweep(options: _BenchOptions, worker) -> _Sweep:
         N=_integers(options.N, "--N"),
         recipes=_names(options.recipes),
         emulate=options.emulate,
+        capability=capability,
     )
     return _Sweep(chosen, out, settings, LINEAR, chosen_shard)
 

@@ -54,6 +54,9 @@ def bench_model(
     check_output_directory(out)
     if not emulate:
         require_fp8_gpu()
+        from fp8advisor.measure.recipe_support import check_recipes_on_device, gpu_capability
+
+        check_recipes_on_device(chosen_recipes, gpu_capability())  # MXFP8 on 10.x only
     choice = select_profile(profile)
     warn_passed_over(choice.passed_over)
     # Every unit is compiled: torch._dynamo imported first, so that a Hugging Face model's modules are

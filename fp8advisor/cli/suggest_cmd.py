@@ -29,7 +29,7 @@ from fp8advisor.emit.config_file import (
     write,
 )
 from fp8advisor.emit.header import pinned_command
-from fp8advisor.errors import AdvisorError
+from fp8advisor.errors import AdvisorError, ConfigError
 from fp8advisor.files import guard_output
 from fp8advisor.frameworks.formats import FILE_FORMATS, ConfigFormat, parse_format
 from fp8advisor.gpus import get_specs
@@ -406,6 +406,10 @@ def _print_advice(
     config_format, output = destination.config_format, destination.output
     if destination.as_json:
         document = {**advice.to_json(), "step": None if step is None else step.to_json()}
+        if advice.recipe.is_mx:  # an exclusion list would mean the opposite in torchtitan's MX converter
+            from fp8advisor.emit.mx import inclusion_list
+
+            document.update(filter_fqns=None, mx_fqns=list(inclusion_list(advice).entries))
         if current_step is not None:
             document["current"] = current_step.to_json()
         print_document(document)  # plain text, valid JSON (non-finite figures as null)
@@ -440,16 +444,25 @@ _NO_FLOAT8_ALL_GATHER = {
 def _recipes_the_format_holds(
     config_format: ConfigFormat | None, float8_all_gather: bool = False
 ) -> tuple[Recipe, ...]:
-    """What "auto" chooses among: torchtitan 0.3 has no tensorwise, Transformer Engine only tensorwise, and
-    FSDP's float8 all-gather (--float8-all-gather) exists for tensorwise alone (torchao's Float8LinearConfig
-    refuses it with the rowwise recipes), so the file written and the step predicted are both tensorwise."""
+    """What "auto" chooses among: the recipes the format's file can hold (`emit.config_file.
+    check_format_recipe`: torchtitan 0.3 has no tensorwise, Transformer Engine tensorwise and mxfp8_rceil,
+    MXFP8 only in torchtitan-py, torchao and megatron: `emit.mx`), and FSDP's float8 all-gather
+    (--float8-all-gather) exists for tensorwise alone (torchao's Float8LinearConfig refuses it with the
+    rowwise recipes), so the file written and the step predicted are both tensorwise."""
+    from fp8advisor.emit.config_file import check_format_recipe
+
     if float8_all_gather:  # formats that cannot set it up are refused in `_destination`
         return (Recipe.TENSORWISE,)
-    if config_format is ConfigFormat.TORCHTITAN_PY:
-        return tuple(r for r in ALL_RECIPES if r is not Recipe.TENSORWISE)
-    if config_format is ConfigFormat.MEGATRON:
-        return (Recipe.TENSORWISE,)
-    return ALL_RECIPES
+    if config_format is None:
+        return ALL_RECIPES
+    held = []
+    for recipe in ALL_RECIPES:
+        try:
+            check_format_recipe(config_format, recipe)
+        except ConfigError:
+            continue
+        held.append(recipe)
+    return tuple(held)
 
 
 def _in_context_reader(

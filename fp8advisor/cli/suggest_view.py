@@ -246,7 +246,18 @@ def _print_recipe_options(advice: Advice) -> None:
 
 
 def _print_filter_list(advice: Advice, fp8_off: bool) -> None:
-    """The filter_fqns list with its proof line, then the conflicts and warnings."""
+    """The filter_fqns list with its proof line, then the conflicts and warnings. For an MXFP8 recipe, the
+    list torchtitan 0.3's MX converter takes instead: `fqns`, the layers to convert (`_print_mx_fqns`)."""
+    if advice.recipe.is_mx:
+        _print_mx_fqns(advice, fp8_off)
+    else:
+        _print_float8_filter(advice, fp8_off)
+    for warning in advice.warnings:
+        console.print(Text("warning: ", style="yellow") + Text(warning), soft_wrap=True)
+
+
+def _print_float8_filter(advice: Advice, fp8_off: bool) -> None:
+    """The float8 filter_fqns list (an exclusion list) with its proof line and conflicts."""
     fl = advice.filter_list
     console.print(
         Text("filter_fqns", style="bold") + Text(f" (torchtitan, NeMo AutoModel) {FILTER_FQNS_MEANING}:"),
@@ -260,8 +271,35 @@ def _print_filter_list(advice: Advice, fp8_off: bool) -> None:
         )
     for conflict in fl.conflicts:
         console.print(Text(f"conflict: {conflict.describe()}", style="yellow"), soft_wrap=True)
-    for warning in advice.warnings:
-        console.print(Text("warning: ", style="yellow") + Text(warning), soft_wrap=True)
+
+
+def _print_mx_fqns(advice: Advice, fp8_off: bool) -> None:
+    """torchtitan 0.3's MX inclusion list (`emit.mx.inclusion_list`) with what it provably converts: the
+    float8 exclusion list would mean the opposite in an MX config (`emit.mx` refuses the filter format)."""
+    from fp8advisor.emit.mx import inclusion_list
+
+    if fp8_off or not advice.convert_fqns:
+        console.print(
+            Text("nothing is worth converting: the configs --format writes leave MXFP8 off", style="yellow")
+        )
+        return
+    fl = inclusion_list(advice)
+    console.print(
+        Text("fqns", style="bold")
+        + Text(" (torchtitan 0.3 MXFP8LinearConverter) converts every Linear whose FQN contains an entry:"),
+        soft_wrap=True,
+    )
+    console.print(json.dumps(list(fl.entries)), markup=False, highlight=False, soft_wrap=True)
+    words = (
+        f"exactly the {len(advice.convert_fqns)} advised layers"
+        if fl.exact
+        else f"{len(fl.converted)} of the {len(advice.convert_fqns)} advised layers; "
+        f"{len(fl.demoted)} stay bf16"
+    )
+    proof = f"simulated (torchtitan 0.3 MX inclusion rule on all {len(advice.linear_fqns)} nn.Linear FQNs): "
+    console.print(Text(proof + f"converts {words}", style="green" if fl.exact else "yellow"), soft_wrap=True)
+    for conflict in fl.conflicts:
+        console.print(Text(f"conflict: {conflict.describe()}", style="yellow"), soft_wrap=True)
 
 
 def _print_experts(advice: Advice) -> None:

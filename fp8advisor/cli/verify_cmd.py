@@ -212,7 +212,9 @@ def _print_report(report, settings, from_header: tuple[str, ...]) -> None:
     if _step_ran(report):
         console.print(
             Text(
-                "SQNR dB (output/input gradient): each converted layer alone, float8 vs its bf16 twin on the "
+                f"SQNR dB (output/input gradient): each converted layer alone, {_low(report)} vs its bf16 "
+                "twin "
+                "on the "
                 "same input and gradient (minimum over folded rows); "
                 f"flagged under {report.sqnr_threshold_db:g} dB",
                 style="dim",
@@ -328,6 +330,12 @@ def _framework_summary(report) -> str:
     return f" (as fp8advisor reads the file); the framework's own conversion differs in {count} place(s)"
 
 
+def _low(report) -> str:
+    """What the converted layers run: "MXFP8" for an MXFP8 recipe, else "float8"."""
+    recipe = getattr(report, "recipe", None)
+    return "MXFP8" if recipe is not None and recipe.is_mx else "float8"
+
+
 def _print_verdict(report) -> None:
     """PASS, or FAIL with the differences (the first _MAX_LISTED in full)."""
     from fp8advisor.verification.experts import experts_summary
@@ -345,11 +353,12 @@ def _print_verdict(report) -> None:
         )
         return
     if report.passed:
+        low = _low(report)
         ran = (
-            ", each ran float8 GEMMs forward and backward, no other layer did, and every SQNR clears the "
+            f", each ran {low} GEMMs forward and backward, no other layer did, and every SQNR clears the "
             "threshold"
             if _step_ran(report)
-            else " as the framework: line says; nothing ran, so no float8 GEMM or SQNR was checked"
+            else f" as the framework: line says; nothing ran, so no {low} GEMM or SQNR was checked"
         )
         console.print(
             Text("PASS: ", style="bold green")

@@ -10,6 +10,8 @@ and the command that regenerates it (`--check` in CI compares the two).
   accelerate, torchao, the bare filter list), `megatron_file` (the Megatron precision config file).
 - `megatron`: Megatron-Core with Transformer Engine (its module names, the per-module precision config, the
   flags).
+- `mx`: MXFP8 (issue 30): which formats write it (torchtitan-py's `fqns` inclusion list, torchao's
+  `quantize_` with `MXFP8TrainingOpConfig`, megatron's `--fp8-recipe mxfp8`) and why the others refuse it.
 - shared by the writers: `header` (the comment header, the FP8-off note), `experts` (what each format does
   with the MoE experts: notes and warnings), `syntax` (comments and literals).
 """

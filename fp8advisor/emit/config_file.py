@@ -25,7 +25,7 @@ from pathlib import Path
 
 from fp8advisor.advice.linears import Predictor
 from fp8advisor.advice.records import Advice
-from fp8advisor.emit import megatron
+from fp8advisor.emit import megatron, mx
 from fp8advisor.emit.experts import converted_expert_modules, expert_notes, expert_warnings
 from fp8advisor.emit.header import header_lines, what_it_converts
 from fp8advisor.emit.megatron_file import megatron_what, render_megatron
@@ -51,6 +51,7 @@ def check_format_recipe(fmt: ConfigFormat, recipe: Recipe | str) -> None:
     """A ConfigError when the format's framework has no such recipe: torchtitan 0.3 has no tensorwise,
     Transformer Engine (megatron) only tensorwise. `suggest` asks before the work, `render` again."""
     recipe = Recipe(recipe)
+    mx.check_mx_format(fmt, recipe)
     if fmt is ConfigFormat.TORCHTITAN_PY and recipe is Recipe.TENSORWISE:
         raise ConfigError(
             "torchtitan 0.3 has no tensorwise recipe (Float8LinearConverter.Config accepts rowwise and "

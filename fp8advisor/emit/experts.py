@@ -177,6 +177,15 @@ def expert_notes(advice: Advice, fmt: ConfigFormat) -> list[str]:
         lines += wrapped(f"NOTE: {_entangled_words(entangled)}.")
     if fmt is ConfigFormat.TORCHTITAN_PY:
         lines += _titan_py_expert_note(advice, groups, modules, advice_words)
+    elif fmt is ConfigFormat.TORCHAO and advice.recipe.is_mx:
+        converting = (
+            f"the quantize_ call's filter also names the {len(modules)} modules in MXFP8_EXPERTS: torchao "
+            "swaps their 3-D weights for its MXFP8 training tensor, whose grouped GEMMs run MXFP8 "
+            "(MXFP8TrainingOpConfig, the same recipe as the Linear layers)."
+            if modules
+            else "the quantize_ filter names none of them: they stay bf16."
+        )
+        lines += wrapped(f"MoE experts: the advice says {advice_words}. {converting}")
     elif fmt is ConfigFormat.TORCHAO:
         converting = (
             f"quantize_(model, config=Float8TrainingOpConfig(), filter_fn=expert_filter_fn) swaps the 3-D "
@@ -221,16 +230,22 @@ def expert_notes(advice: Advice, fmt: ConfigFormat) -> list[str]:
 
 def _titan_py_expert_note(advice: Advice, groups, modules: tuple[str, ...], advice_words: str) -> list[str]:
     mixed = len({group.convert for group in groups}) > 1
-    if modules:
+    converter = "MXFP8GroupedExpertsConverter" if advice.recipe.is_mx else "Float8GroupedExpertsConverter"
+    if modules and advice.recipe.is_mx:
+        lines = wrapped(
+            "MoE experts: MXFP8GroupedExpertsConverter converts every GroupedExperts of the model (it has no "
+            "filter; torchtitan/components/quantization/mx.py:184-200) to torchao's MXFP8 grouped GEMMs, and "
+            "swaps the token dispatcher for one padding each expert's token group to pad_multiple = 32 rows, "
+            f"the MX scale block along the tokens. The advice says {advice_words}."
+        )
+    elif modules:
         lines = wrapped(
             "MoE experts: Float8GroupedExpertsConverter converts every GroupedExperts of the model (it has "
             "no filter); its grouped GEMMs are float8 rowwise whatever recipe_name says (torchao's "
             f"Float8TrainingOpConfig; token groups padded to 16). The advice says {advice_words}."
         )
     else:
-        lines = wrapped(
-            f"MoE experts stay bf16: no Float8GroupedExpertsConverter. The advice says {advice_words}."
-        )
+        lines = wrapped(f"MoE experts stay bf16: no {converter}. The advice says {advice_words}.")
     if mixed:
         total = experts_total_speedup(groups)
         shown = "none" if total is None else f"{total:.2f}x"

@@ -91,6 +91,10 @@ def what_it_converts(advice: Advice, fmt: ConfigFormat) -> str:
             )
         return f"FP8 left off: {fp8_off_reason(advice)}"
     fl = advice.filter_list
+    if fmt is ConfigFormat.TORCHTITAN_PY and advice.recipe.is_mx:  # an inclusion list (fqns)
+        from fp8advisor.emit.mx import what_it_converts as mx_what
+
+        return mx_what(advice)
     if fmt in (ConfigFormat.TORCHAO, ConfigFormat.ACCELERATE):
         return f"converts exactly the {len(advice.convert_fqns)} advised Linear layers (exact module filter)"
     if fl.exact:

@@ -43,7 +43,7 @@ from fp8advisor.advice.records import Advice, LayerAdvice
 from fp8advisor.errors import ConfigError
 from fp8advisor.inspect.folding import fold_repeated
 from fp8advisor.inspect.records import GemmLayer, LayerStatus
-from fp8advisor.recipes import Recipe, dims_divisible_by_16
+from fp8advisor.recipes import Recipe, dims_supported
 
 #: Where the facts above were read.
 MEGATRON_SOURCE = "NVIDIA/Megatron-LM core_v0.16.0"
@@ -139,7 +139,7 @@ class PositionalFlags:
     def arguments(self, recipe: Recipe) -> str:
         if not self.fp8_enabled:
             return "(no --fp8-format: every layer in bf16)"
-        words = f"--fp8-format hybrid --fp8-recipe {recipe.value}"
+        words = f"--fp8-format {te_format(recipe)} --fp8-recipe {te_recipe(recipe)}"
         if self.start or self.end:
             words += (
                 f" --first-last-layers-bf16 --num-layers-at-start-in-bf16 {self.start}"
@@ -170,16 +170,34 @@ class MegatronPlan:
         return bf16 / mixed if bf16 > 0 and mixed > 0 else None
 
 
+#: torchao recipe -> (Megatron's --fp8-recipe / fp8_quantization_recipe, TE's fp8_format). tensorwise is TE's
+#: Float8CurrentScaling (e4m3 forward, e5m2 gradients: "hybrid"); mxfp8_rceil is TE's MXFP8BlockScaling
+#: (megatron/core/extensions/transformer_engine.py `_get_fp8_autocast_for_quant_recipe`, core_v0.16), 1x32
+#: E8M0 block scales with e4m3 elements for every operand, gradients included, as torchao's MXFP8 Linear casts
+#: them (torchao/prototype/moe_training/mxfp8_linear.py:61-63): "e4m3".
+TE_RECIPES = {Recipe.TENSORWISE: ("tensorwise", "hybrid"), Recipe.MXFP8_RCEIL: ("mxfp8", "e4m3")}
+
+
+def te_recipe(recipe: Recipe) -> str:
+    """Megatron's name of the Transformer Engine recipe for torchao's `recipe` (`TE_RECIPES`)."""
+    return TE_RECIPES[recipe][0]
+
+
+def te_format(recipe: Recipe) -> str:
+    """Transformer Engine's fp8_format for torchao's `recipe` (`TE_RECIPES`)."""
+    return TE_RECIPES[recipe][1]
+
+
 def check_recipe(recipe: Recipe | str) -> Recipe:
-    """The recipe, when Transformer Engine has its equivalent; a ConfigError otherwise."""
+    """The recipe, when Transformer Engine has its equivalent (`TE_RECIPES`); a ConfigError otherwise."""
     recipe = Recipe(recipe)
-    if recipe is not Recipe.TENSORWISE:
+    if recipe not in TE_RECIPES:
         raise ConfigError(
             f"Transformer Engine has no {recipe.value} recipe: its float8 recipes are tensorwise (per-tensor "
-            "current scaling), delayed, blockwise (1x128 and 128x128 blocks) and mxfp8, and torchao's "
-            f"{recipe.value} figures predict none of them",
-            hint="use --recipe tensorwise (or auto) with --format megatron: torchao tensorwise maps to "
-            "Megatron's --fp8-recipe tensorwise",
+            "current scaling), delayed, blockwise (1x128 and 128x128 blocks) and mxfp8 (1x32 blocks, "
+            f"grad_weight in MXFP8), and torchao's {recipe.value} figures predict none of them",
+            hint="use --recipe tensorwise (or auto), or mxfp8 on Blackwell, with --format megatron: torchao "
+            "tensorwise maps to Megatron's --fp8-recipe tensorwise, mxfp8_rceil to --fp8-recipe mxfp8",
         )
     return recipe
 
@@ -274,9 +292,11 @@ def _fused_decision(
     bf16 = sum(part.bf16_time_s for part in parts)
     float8 = sum(part.float8_time_s for part in parts)
     speedup = bf16 / float8 if float8 > 0 else None
-    convert = speedup is not None and dims_divisible_by_16(K, N) and speedup >= advice.min_speedup
-    # a GEMM float8 cannot run (K or N not a multiple of 16) stays at its bf16 time, as in decide_layers
-    return convert, speedup, bf16, float8 if dims_divisible_by_16(K, N) else bf16
+    runs = dims_supported(advice.recipe, K, N)
+    convert = speedup is not None and runs and speedup >= advice.min_speedup
+    # a GEMM the recipe cannot run (K or N not a multiple of 16; 32 for MXFP8) stays at its bf16 time, as in
+    # decide_layers
+    return convert, speedup, bf16, float8 if runs else bf16
 
 
 def _module(
@@ -358,8 +378,11 @@ def precision_config(plan: MegatronPlan, recipe: Recipe) -> dict:
         "configs": {
             float8: {
                 "transformer_engine_config_type": "TEQuantizationParams",
-                # torchao's tensorwise casts grad_output to e5m2, inputs and weights to e4m3: TE's "hybrid"
-                "training_recipe": {"fp8_quantization_recipe": recipe.value, "fp8_format": "hybrid"},
+                # TE_RECIPES: tensorwise casts grad_output to e5m2 (TE's "hybrid"), MXFP8 all to e4m3
+                "training_recipe": {
+                    "fp8_quantization_recipe": te_recipe(recipe),
+                    "fp8_format": te_format(recipe),
+                },
             },
             "bf16": {"transformer_engine_config_type": "TEQuantizationParams", "training_recipe": {}},
         },
@@ -450,7 +473,10 @@ __all__ = [
     "MegatronModule",
     "MegatronPlan",
     "PositionalFlags",
+    "TE_RECIPES",
     "check_recipe",
+    "te_format",
+    "te_recipe",
     "check_selects_exactly",
     "first_match_config",
     "folded",

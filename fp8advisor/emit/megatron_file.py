@@ -76,15 +76,17 @@ def _usage(plan: megatron.MegatronPlan, recipe: Recipe) -> list[str]:
                 "quant_recipe. NeMo 1 / NeMo-Aligner YAML: fp8: false.)"
             ),
         ]
+    te_recipe, te_format = megatron.te_recipe(recipe), megatron.te_format(recipe)
     usage = [
         "Megatron-Core with Transformer Engine, core_v0.16 or later: train with",
-        f"  --fp8-format hybrid --fp8-recipe {recipe.value} --te-precision-config-file <this file>",
+        f"  --fp8-format {te_format} --fp8-recipe {te_recipe} --te-precision-config-file <this file>",
     ]
+    nemo1 = "fp8_hybrid: true" if te_format == "hybrid" else "fp8_e4m3: true"
     return usage + wrapped(
-        "(NeMo 2 and Megatron-Bridge: the same TransformerConfig fields, fp8='hybrid', "
-        f"fp8_recipe='{recipe.value}', quant_recipe=megatron.core.quantization.utils."
+        f"(NeMo 2 and Megatron-Bridge: the same TransformerConfig fields, fp8='{te_format}', "
+        f"fp8_recipe='{te_recipe}', quant_recipe=megatron.core.quantization.utils."
         "load_quantization_recipe(<this file>). NeMo 1 / NeMo-Aligner YAML: transformer_engine: true, "
-        f"fp8: true, fp8_hybrid: true, mcore_customization_config: {{fp8_recipe: {recipe.value}}}; it "
+        f"fp8: true, {nemo1}, mcore_customization_config: {{fp8_recipe: {te_recipe}}}; it "
         "cannot pass this file, so only the positional flags below, under mcore_customization_config.)"
     )
 
@@ -92,14 +94,21 @@ def _usage(plan: megatron.MegatronPlan, recipe: Recipe) -> list[str]:
 def _speed_figures(advice: Advice) -> list[str]:
     """Where the speed figures come from: torchao's kernels, not Transformer Engine's."""
     provenance = weakest_provenance({layer.provenance for layer in advice.layers if layer.provenance})
+    mapping = (
+        "torchao mxfp8_rceil maps to TE's mxfp8 (MXFP8BlockScaling: 1x32 E8M0 block scales, e4m3 for every "
+        "operand, TE's 'e4m3'), whose kernels and casts are TE's own; torchao's MXFP8 with a bf16 "
+        "grad_weight has no TE equivalent."
+        if advice.recipe.is_mx
+        else "torchao tensorwise maps to TE's tensorwise (Float8CurrentScaling: per-tensor current scaling; "
+        "e4m3 forward, e5m2 gradients, TE's 'hybrid'), whose kernels and casts are TE's own; torchao "
+        "rowwise has no TE equivalent."
+    )
+    low = "MXFP8" if advice.recipe.is_mx else "float8"
     return wrapped(
-        f"Speed figures: torchao's float8 {advice.recipe.value} figures ({provenance}"
+        f"Speed figures: torchao's {low} {advice.recipe.value} figures ({provenance}"
         + (": a roofline model" if provenance == "modelled" else "")
         + f", profile {advice.profile_name}), not measurements of Transformer Engine's kernels. "
-        "Recipes differ: "
-        f"torchao tensorwise maps to TE's tensorwise (Float8CurrentScaling: per-tensor current scaling; "
-        "e4m3 forward, e5m2 gradients, TE's 'hybrid'), whose kernels and casts are TE's own; torchao "
-        "rowwise has no TE equivalent. Measure a step in Megatron before relying on the speedup."
+        "Recipes differ: " + mapping + " Measure a step in Megatron before relying on the speedup."
     )
 
 

@@ -37,9 +37,16 @@ def string_list_lines(entries: tuple[str, ...] | list[str], indent: str) -> str:
     return "".join(f"{indent}{quoted(entry)},\n" for entry in entries)
 
 
+def exact_set_literal(fqns: tuple[str, ...]) -> str:
+    """The frozenset literal of `fqns`, one per line in their order, as Python source."""
+    if not fqns:
+        return "frozenset()"
+    return "frozenset(\n    {\n" + string_list_lines(fqns, " " * 8) + "    }\n)"
+
+
 def wrapped(text: str, indent: str = "  ") -> list[str]:
     """One comment paragraph, wrapped to fit 110 columns with its comment marker."""
     return textwrap.wrap(text, width=106, subsequent_indent=indent, break_on_hyphens=False)
 
 
-__all__ = ["comment", "in_docstring", "quoted", "string_list_lines", "wrapped"]
+__all__ = ["comment", "exact_set_literal", "in_docstring", "quoted", "string_list_lines", "wrapped"]

@@ -39,7 +39,7 @@ import yaml
 from fp8advisor.advice.records import Advice
 from fp8advisor.emit.experts import converted_expert_modules, pads_inner_dim
 from fp8advisor.emit.header import FP8_OFF_NOTE
-from fp8advisor.emit.syntax import comment, quoted, string_list_lines
+from fp8advisor.emit.syntax import comment, exact_set_literal, quoted
 from fp8advisor.errors import ConfigError
 from fp8advisor.frameworks.formats import ConfigFormat
 from fp8advisor.json_output import dumps
@@ -83,13 +83,6 @@ def nemo_automodel(advice: Advice, header: list[str], request: SuggestRequest | 
         ]
     body = yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=1000)
     return comment(header) + comment(notes) + body
-
-
-def _exact_set_literal(fqns: tuple[str, ...]) -> str:
-    """The frozenset literal of `fqns`, one per line in their order, as Python source."""
-    if not fqns:
-        return "frozenset()"
-    return "frozenset(\n    {\n" + string_list_lines(fqns, " " * 8) + "    }\n)"
 
 
 def _all_gather(advice: Advice, request: SuggestRequest | None) -> bool:
@@ -181,7 +174,7 @@ def accelerate(advice: Advice, header: list[str], request: SuggestRequest | None
         + "\n"
         + _float8_config(advice, request, "accelerate")
         + "\n"
-        + f"FLOAT8_LAYERS = {_exact_set_literal(advice.module_filter_fqns)}\n"
+        + f"FLOAT8_LAYERS = {exact_set_literal(advice.module_filter_fqns)}\n"
         + "\n"
         + "\n"
         + "def module_filter_func(module, fqn):\n"
@@ -203,15 +196,18 @@ def accelerate(advice: Advice, header: list[str], request: SuggestRequest | None
 
 
 def torchao(advice: Advice, header: list[str], request: SuggestRequest | None = None) -> str:
-    """`convert_model(model)`: torchao float8 on exactly the advised Linear layers and MoE experts."""
+    """`convert_model(model)`: torchao float8 (or MXFP8: `emit.mx.torchao_body`) on exactly the advised Linear
+    layers and MoE experts."""
     experts = converted_expert_modules(advice, ConfigFormat.TORCHAO)
+    if advice.recipe.is_mx:
+        return _torchao_mx(advice, header, experts)
     linear = bool(advice.convert_fqns)
     imports = ("import dataclasses\n\n" if linear else "") + "import torch\n"
     constants = functions = calls = ""
     if linear:
         imports += "from torchao.float8 import Float8LinearConfig, convert_to_float8_training\n"
         constants += _float8_config(advice, request, "torchao") + "\n"
-        constants += f"FLOAT8_LAYERS = {_exact_set_literal(advice.module_filter_fqns)}\n"
+        constants += f"FLOAT8_LAYERS = {exact_set_literal(advice.module_filter_fqns)}\n"
         functions += (
             "\n"
             "\n"
@@ -231,7 +227,7 @@ def torchao(advice: Advice, header: list[str], request: SuggestRequest | None = 
             "from torchao.prototype.moe_training.config import Float8TrainingOpConfig\n"
             "from torchao.quantization.quant_api import quantize_\n"
         )
-        constants += f"FLOAT8_EXPERTS = {_exact_set_literal(experts)}\n"
+        constants += f"FLOAT8_EXPERTS = {exact_set_literal(experts)}\n"
         functions += (
             "\n"
             "\n"
@@ -266,6 +262,32 @@ def torchao(advice: Advice, header: list[str], request: SuggestRequest | None = 
         + "def convert_model(model: torch.nn.Module) -> torch.nn.Module:\n"
         + calls
         + "    return torch.compile(model)  # float8 without torch.compile is slower than bf16\n"
+    )
+
+
+def _torchao_mx(advice: Advice, header: list[str], experts: tuple[str, ...]) -> str:
+    """The torchao file for an MXFP8 recipe: one `quantize_` with torchao's MXFP8 config, an exact filter."""
+    from fp8advisor.emit.mx import torchao_body
+
+    imports, constants, call = torchao_body(advice, advice.module_filter_fqns, experts)
+    what = "Linear layers and MoE experts" if experts else "Linear layers"
+    return (
+        comment(header)
+        + f'"""torchao MXFP8 training ({advice.recipe.value}) on exactly the {what} fp8advisor advised.\n'
+        + "\n"
+        + "Call convert_model(model) on the module whose FQNs these are, before wrapping it for data\n"
+        + "parallelism: it converts the advised layers and returns the model compiled (torch.compile).\n"
+        + '"""\n'
+        + "\n"
+        + "import torch\n"
+        + imports
+        + "\n"
+        + constants
+        + "\n"
+        + "\n"
+        + "def convert_model(model: torch.nn.Module) -> torch.nn.Module:\n"
+        + call
+        + "    return torch.compile(model)  # MXFP8 without torch.compile is slower than bf16\n"
     )
 
 
@@ -339,6 +361,7 @@ def torchao_off(header: list[str], _request: SuggestRequest, _advice: Advice) ->
 
 __all__ = [
     "TOKENS_NOTE",
+    "exact_set_literal",
     "accelerate",
     "accelerate_off",
     "filter_list",

@@ -33,6 +33,7 @@ registry target's names are is checked before either is written
 from __future__ import annotations
 
 from fp8advisor.advice.records import Advice
+from fp8advisor.emit import mx
 from fp8advisor.emit.experts import converted_expert_modules
 from fp8advisor.emit.header import FP8_OFF_NOTE
 from fp8advisor.emit.syntax import comment, in_docstring, quoted, string_list_lines
@@ -149,6 +150,9 @@ def torchtitan_py(advice: Advice, header: list[str], request: SuggestRequest) ->
     experts = bool(converted_expert_modules(advice, ConfigFormat.TORCHTITAN_PY))
     linear = bool(advice.convert_fqns)
     converters = ""
+    if advice.recipe.is_mx:
+        converters, imported = mx.torchtitan_converters(advice, experts)
+        return _recipe_function(advice, header, request, converters, imported, mx.torchtitan_what(advice))
     if linear:
         converters += (
             "            Float8LinearConverter.Config(\n"
@@ -173,9 +177,17 @@ def torchtitan_py(advice: Advice, header: list[str], request: SuggestRequest) ->
         if linear
         else "No Linear layer is worth converting: only the MoE experts run in float8.\n"
     )
+    return _recipe_function(advice, header, request, converters, imported, what)
+
+
+def _recipe_function(
+    advice: Advice, header: list[str], request: SuggestRequest, converters: str, imported: str, what: str
+) -> str:
+    """The torchtitan 0.3 recipe file around its `converters=[...]` lines (float8 or MXFP8)."""
+    low = "MXFP8" if advice.recipe.is_mx else "float8"
     return (
         comment(header)
-        + '"""A torchtitan 0.3 recipe function with the float8 layers fp8advisor advised.\n'
+        + f'"""A torchtitan 0.3 recipe function with the {low} layers fp8advisor advised.\n'
         + "\n"
         + _torchtitan_model_lines(request)
         + what
@@ -190,7 +202,7 @@ def torchtitan_py(advice: Advice, header: list[str], request: SuggestRequest) ->
         + "\n"
         + "def float8_advised() -> Trainer.Config:\n"
         + "    config = base_recipe()\n"
-        + "    config.compile.enable = True  # float8 without torch.compile is slower than bf16\n"
+        + f"    config.compile.enable = True  # {low} without torch.compile is slower than bf16\n"
         + '    config.compile.components = ["model", "loss"]  # the model compiles only when listed\n'
         + _py_point(advice, request)
         + "    config.model_spec = model_registry(\n"

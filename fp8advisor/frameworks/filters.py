@@ -51,6 +51,18 @@ def entries_matching_nothing(filter_fqns: Iterable[str], fqns: Iterable[str]) ->
     return [entry for entry in filter_fqns if not any(entry in fqn for fqn in fqns)]
 
 
+def included_by_fqns(layers: Sequence[GemmLayer], fqns: Iterable[str]) -> set[str]:
+    """The nn.Linear layers torchtitan 0.3's `MXFP8LinearConverter.Config(fqns=[...])` converts: those whose
+    FQN contains an entry (substring), every one when `fqns` is empty, whatever K and N
+    (torchtitan/components/quantization/mx.py:82-83, `if not fqns or any(target_fqn in fqn ...)`)."""
+    entries = list(fqns)
+    return {
+        layer.fqn
+        for layer in layers
+        if layer.is_linear and (not entries or matches_filter(layer.fqn, entries))
+    }
+
+
 def auto_filter_keeps(recipe: Recipe | str, K: int, N: int) -> bool:
     """The size thresholds of torchao's `_auto_filter_for_recipe` (torchao 0.18): True = keep bf16.
 
@@ -112,6 +124,7 @@ __all__ = [
     "auto_filter_keeps",
     "converted_by_framework",
     "entries_matching_nothing",
+    "included_by_fqns",
     "matches_filter",
     "parse_framework",
 ]

@@ -5,9 +5,11 @@ Every format `fp8advisor suggest` writes is read here, and hand-written files in
 `read_config` finds the format (`detect_framework`: the extension, and for .py and .yaml what the file holds)
 and hands the file to its reader, which returns a `config_record.FrameworkConfig`:
 
-- torchtitan-toml, torchtitan-py: `torchtitan_reader` (the 0.2.x job config, the 0.3 recipe function);
+- torchtitan-toml, torchtitan-py: `torchtitan_reader` (the 0.2.x job config, the 0.3 recipe function; its MX
+  converters: `torchtitan_mx_reader`);
 - nemo-automodel, filter: `yaml_reader` (NeMo AutoModel's YAML; a bare filter_fqns list, YAML or JSON);
-- torchao, accelerate: `torchao_reader` (`convert_to_float8_training(...)`, `AORecipeKwargs(...)`), whose
+- torchao, accelerate: `torchao_reader` (`convert_to_float8_training(...)`, `AORecipeKwargs(...)`; MXFP8's
+  `quantize_(..., MXFP8TrainingOpConfig...)`: `torchao_mx_reader`), whose
   filter function `filter_function` evaluates from its syntax (`filter_eval`) or, with `trust_config=True`
   (`verify --trust-config`), compiles alone and runs;
 - megatron: Megatron-Core's precision config (YAML with `configs` and `matchers`) is recognised and refused
@@ -33,7 +35,8 @@ from fp8advisor.frameworks.formats import ConfigFormat, parse_format
 from fp8advisor.frameworks.header import read_header
 from fp8advisor.frameworks.python_file import call_name, parse_python
 from fp8advisor.frameworks.torchao_reader import read_accelerate, read_torchao
-from fp8advisor.frameworks.torchtitan_reader import read_torchtitan_py, read_torchtitan_toml
+from fp8advisor.frameworks.torchtitan_mx_reader import read_torchtitan_py_any
+from fp8advisor.frameworks.torchtitan_reader import read_torchtitan_toml
 from fp8advisor.frameworks.yaml_reader import load_yaml, read_filter_list, read_nemo
 from fp8advisor.reading import MAX_CONFIG_BYTES, read_text
 from fp8advisor.recipes import Recipe, parse_recipe
@@ -56,11 +59,16 @@ def detect_framework(path: Path, text: str) -> ConfigFormat:
     if suffix == ".py":
         tree = parse_python(path, text)
         called = {call_name(node) for node in ast.walk(tree) if isinstance(node, ast.Call)}
-        if called & {"Float8LinearConverter.Config", "Float8GroupedExpertsConverter.Config"}:
+        if called & {
+            "Float8LinearConverter.Config",
+            "Float8GroupedExpertsConverter.Config",
+            "MXFP8LinearConverter.Config",
+            "MXFP8GroupedExpertsConverter.Config",
+        }:
             return ConfigFormat.TORCHTITAN_PY
         if "AORecipeKwargs" in called:
             return ConfigFormat.ACCELERATE
-        if called & {"convert_to_float8_training", "Float8TrainingOpConfig"}:
+        if called & {"convert_to_float8_training", "Float8TrainingOpConfig", "quantize_"}:  # quantize_: MXFP8
             return ConfigFormat.TORCHAO
         # No float8 set-up: a file that trains in bf16 (what `suggest` writes when nothing is worth
         # converting). Its framework, from what it calls or imports, else from the header `suggest` wrote.
@@ -132,7 +140,7 @@ def read_config(
     default_recipe = parse_recipe(recipe) if recipe is not None else None
     readers = {
         ConfigFormat.TORCHTITAN_TOML: read_torchtitan_toml,
-        ConfigFormat.TORCHTITAN_PY: read_torchtitan_py,
+        ConfigFormat.TORCHTITAN_PY: read_torchtitan_py_any,
         ConfigFormat.NEMO_AUTOMODEL: read_nemo,
         ConfigFormat.ACCELERATE: read_accelerate,
         ConfigFormat.TORCHAO: read_torchao,

@@ -15,9 +15,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from fp8advisor.frameworks.filter_cover import shortest_cover
-from fp8advisor.frameworks.filters import Framework, converted_by_framework, parse_framework
+from fp8advisor.frameworks.filters import Framework, converted_by_framework, included_by_fqns, parse_framework
 from fp8advisor.inspect.records import GemmLayer
-from fp8advisor.recipes import dims_divisible_by_16
+from fp8advisor.recipes import Recipe, dims_divisible_by_16, dims_supported
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,15 @@ class Conflict:
 
     bf16_fqn: str  # advised bf16 (e.g. "blocks.0.ff")
     converted_fqn: str  # advised float8, contains bf16_fqn (e.g. "blocks.0.ff2")
+    #: An inclusion list's conflict (`shortest_inclusion_filter`): the advised FQN is inside the bf16 one
+    inclusion: bool = False
 
     def describe(self) -> str:
+        if self.inclusion:
+            return (
+                f"{self.converted_fqn!r} (advised) is a substring of {self.bf16_fqn!r} (bf16): any fqns "
+                "entry that names the first names the second too"
+            )
         return (
             f"{self.bf16_fqn!r} (bf16) is a substring of {self.converted_fqn!r} (float8): "
             "any filter entry that "
@@ -166,4 +173,71 @@ def shortest_exact_filter(
     )
 
 
-__all__ = ["Conflict", "FilterList", "FilterSimulationError", "shortest_exact_filter"]
+def shortest_inclusion_filter(
+    layers: Sequence[GemmLayer],
+    advised: Iterable[str],
+    recipe: Recipe | str = Recipe.MXFP8_RCEIL,
+    *,
+    search_budget: int | None = None,
+) -> FilterList:
+    """The shortest list of FQN substrings that makes torchtitan 0.3's MX converter
+    (`MXFP8LinearConverter.Config(fqns=[...])`: convert a Linear whose FQN contains an entry,
+    `filters.included_by_fqns`) convert exactly the `advised` layers: the inclusion counterpart of
+    `shortest_exact_filter`, solved by the same exact cover (`filter_cover.shortest_cover`) with the roles
+    swapped: the candidates are dot-boundary pieces of the advised FQNs (`layers.1.`, never `layers.1`, which
+    would also name `layers.10`), and no entry may match a name of any other Linear (torchtitan's MX
+    converter checks no K or N: a layer the recipe cannot run must be left out by the list itself).
+
+    An advised layer whose FQN is a substring of another Linear's (`blocks.0.ff` advised, `blocks.0.ff2` not)
+    cannot be named alone: it stays in bf16 (`Conflict`, `demoted`), the safe choice. The list is never empty
+    when something converts (an empty list converts every Linear); the result is simulated with
+    `included_by_fqns` and an inconsistency raises `FilterSimulationError`. `FilterList.entries` are then the
+    layers to CONVERT, not to keep in bf16."""
+    linear = [layer for layer in layers if layer.is_linear]
+    advised_set = set(advised)
+    unknown = advised_set - {layer.fqn for layer in linear}
+    if unknown:
+        raise ValueError(f"advised layers that are not nn.Linear of this model: {sorted(unknown)}")
+    unsupported = sorted(
+        layer.fqn
+        for layer in linear
+        if layer.fqn in advised_set and not dims_supported(recipe, layer.K, layer.N)
+    )
+    if unsupported:
+        raise ValueError(f"advised layers {recipe} cannot run (K or N not a multiple of 32): {unsupported}")
+    names_of = {layer.fqn: (layer.fqn, *layer.aliases) for layer in linear}
+    target = set(advised_set)
+    conflicts: list[Conflict] = []
+    while True:  # an advised FQN inside another Linear's name: no entry names it alone; demote, repeat
+        others = [name for fqn in names_of if fqn not in target for name in names_of[fqn]]
+        new = sorted({(fqn, other) for fqn in target for other in others if fqn in other and fqn != other})
+        if not new:
+            break
+        for fqn, other in new:
+            conflicts.append(Conflict(bf16_fqn=other, converted_fqn=fqn, inclusion=True))
+            target.discard(fqn)
+    others = sorted(name for fqn in names_of if fqn not in target for name in names_of[fqn])
+    entries, shortest = shortest_cover(sorted(target), others, search_budget)
+    converted = included_by_fqns(linear, entries) if entries else set()
+    if converted != target:
+        raise FilterSimulationError(
+            f"fqns {entries} convert {sorted(converted ^ target)} differently from the advice "
+            "(torchtitan 0.3 MX)"
+        )
+    return FilterList(
+        entries=tuple(entries),
+        framework=Framework.TORCHTITAN_PY,
+        converted=frozenset(converted),
+        conflicts=tuple(sorted(set(conflicts), key=lambda c: (c.bf16_fqn, c.converted_fqn))),
+        demoted=frozenset(advised_set - target),
+        shortest=shortest,
+    )
+
+
+__all__ = [
+    "Conflict",
+    "FilterList",
+    "FilterSimulationError",
+    "shortest_exact_filter",
+    "shortest_inclusion_filter",
+]

@@ -67,6 +67,18 @@ def read_torchao(
     """A torchao training script: its `convert_to_float8_training` and its `quantize_` of the experts."""
     tree = parse_python(path, text)
     scope = ModuleScope(tree, path)
+    mx_calls = _mx_calls(scope)
+    if mx_calls:
+        from fp8advisor.frameworks.torchao_mx_reader import read_torchao_mx
+
+        if calls_named(tree, "convert_to_float8_training"):
+            raise ConfigError(
+                "the file converts with both convert_to_float8_training and torchao's MXFP8 quantize_: which "
+                "recipe a layer trains with is unclear",
+                location=str(path),
+                hint="keep either the float8 conversion or the MXFP8 one",
+            )
+        return read_torchao_mx(mx_calls, scope, trust_config=trust_config)
     linear = _read_torchao_linear(scope, trust_config=trust_config)
     calls: list[tuple[ast.Call, ast.Call]] = []
     for call in calls_named(tree, "quantize_"):
@@ -103,6 +115,19 @@ def read_torchao(
         expert_rule=f"quantize_(Float8TrainingOpConfig) with {rule}",
         expert_filter=predicate,
     )
+
+
+def _mx_calls(scope: ModuleScope) -> list:
+    """The file's `quantize_` calls with torchao's MXFP8 config, each with its recipe."""
+    from fp8advisor.frameworks.torchao_mx_reader import mx_config_recipe
+
+    found = []
+    for call in calls_named(scope.tree, "quantize_"):
+        check_arguments(call, scope.path, "quantize_", 4)
+        recipe = mx_config_recipe(call_argument(call, 1, "config"), scope)
+        if recipe is not None:
+            found.append((call, recipe))
+    return found
 
 
 def _read_torchao_linear(scope: ModuleScope, *, trust_config: bool) -> FrameworkConfig:

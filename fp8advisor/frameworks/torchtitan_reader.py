@@ -69,6 +69,11 @@ TORCHTITAN_EXPERTS_KEYS = frozenset({"fqns"})
 
 #: torchtitan 0.3's converter of MoE grouped experts (torchtitan/components/quantization/float8.py).
 GROUPED_EXPERTS_CONVERTER = "Float8GroupedExpertsConverter.Config"
+LINEAR_CONVERTER = "Float8LinearConverter.Config"
+#: torchtitan 0.3's MXFP8 converters (torchtitan/components/quantization/mx.py).
+MX_LINEAR_CONVERTER = "MXFP8LinearConverter.Config"
+MX_GROUPED_EXPERTS_CONVERTER = "MXFP8GroupedExpertsConverter.Config"
+MX_CONVERTERS = (MX_LINEAR_CONVERTER, MX_GROUPED_EXPERTS_CONVERTER)
 
 #: The keywords torchtitan 0.3's `Float8LinearConverter.Config` and `Float8GroupedExpertsConverter.Config`
 #: take (keyword-only dataclasses: any other keyword is a TypeError there).
@@ -190,7 +195,8 @@ def _torchtitan_toml_experts(data: dict, converters: tuple[str, ...], path: Path
 
 
 def read_torchtitan_py(path: Path, text: str, default_recipe: Recipe | None) -> FrameworkConfig:
-    """A torchtitan 0.3 recipe: its Float8LinearConverter.Config and Float8GroupedExpertsConverter.Config."""
+    """A torchtitan 0.3 recipe: its Float8LinearConverter.Config and Float8GroupedExpertsConverter.Config (its
+    MX converters: `torchtitan_mx_reader.read_torchtitan_py_any`)."""
     tree = parse_python(path, text)
     scope = ModuleScope(tree, path)
     linear = _read_torchtitan_py_linear(scope)
@@ -198,7 +204,7 @@ def read_torchtitan_py(path: Path, text: str, default_recipe: Recipe | None) -> 
         return replace(linear, converts_experts=False, expert_rule=f"no {GROUPED_EXPERTS_CONVERTER}(...)")
     call = single_call(tree, GROUPED_EXPERTS_CONVERTER, path)
     check_framework_call(call, scope, "torchtitan", GROUPED_EXPERTS_CONVERTER)
-    _keyword_literals(call, path, GROUPED_EXPERTS_CONVERTER, TORCHTITAN_PY_EXPERTS_KEYS)
+    keyword_literals(call, path, GROUPED_EXPERTS_CONVERTER, TORCHTITAN_PY_EXPERTS_KEYS)
     return replace(
         experts_only(linear, "Float8LinearConverter.Config"),
         converts_experts=True,
@@ -206,7 +212,7 @@ def read_torchtitan_py(path: Path, text: str, default_recipe: Recipe | None) -> 
     )
 
 
-def _keyword_literals(call: ast.Call, path: Path, name: str, accepted: frozenset[str]) -> dict[str, Any]:
+def keyword_literals(call: ast.Call, path: Path, name: str, accepted: frozenset[str]) -> dict[str, Any]:
     """The keyword literals of torchtitan 0.3's `name(...)` (a keyword-only dataclass: a positional argument,
     `**kwargs` or a keyword it lacks is refused, as Python would raise or verify could not tell), each bool
     field checked by type."""
@@ -232,7 +238,7 @@ def _read_torchtitan_py_linear(scope: ModuleScope) -> FrameworkConfig:
         return fp8_off(ConfigFormat.TORCHTITAN_PY, path, Recipe.ROWWISE, "Float8LinearConverter.Config")
     call = single_call(tree, "Float8LinearConverter.Config", path)
     check_framework_call(call, scope, "torchtitan", "Float8LinearConverter.Config")
-    values = _keyword_literals(call, path, "Float8LinearConverter.Config", TORCHTITAN_PY_FLOAT8_KEYS)
+    values = keyword_literals(call, path, "Float8LinearConverter.Config", TORCHTITAN_PY_FLOAT8_KEYS)
     # torchtitan 0.3's Float8LinearConverter.Config defaults recipe_name to "rowwise".
     named = recipe_named(values.get("recipe_name", "rowwise"), path, "Float8LinearConverter.Config")
     entries = string_list(values.get("filter_fqns"), path, "Float8LinearConverter.Config(filter_fqns=...)")
@@ -267,6 +273,11 @@ def _read_torchtitan_py_linear(scope: ModuleScope) -> FrameworkConfig:
 
 __all__ = [
     "GROUPED_EXPERTS_CONVERTER",
+    "LINEAR_CONVERTER",
+    "MX_CONVERTERS",
+    "MX_GROUPED_EXPERTS_CONVERTER",
+    "MX_LINEAR_CONVERTER",
+    "keyword_literals",
     "TORCHTITAN_CONVERTER",
     "TORCHTITAN_EXPERTS_KEYS",
     "TORCHTITAN_FLOAT8_KEYS",

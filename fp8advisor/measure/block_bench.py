@@ -36,7 +36,7 @@ from fp8advisor.measure.protocol import (
 )
 from fp8advisor.measure.run_writer import utc_now
 from fp8advisor.measure.timers import Timer
-from fp8advisor.recipes import BASELINE, float8_config, sqnr_db
+from fp8advisor.recipes import BASELINE, convert_linears, sqnr_db
 
 CONTEXT = "block"
 
@@ -203,14 +203,12 @@ class UnitBench:
         module = copy.deepcopy(self.base)
         if not variant:
             return module
-        from torchao.float8 import convert_to_float8_training
 
         def chosen(_module, fqn: str) -> bool:
             return fqn.removeprefix("unit").removeprefix(".") in variant
 
-        return convert_to_float8_training(
-            module, config=float8_config(recipe, emulate=self.timer.emulated), module_filter_fn=chosen
-        )
+        # float8: Float8Linear; MXFP8: torchao's MXFP8 training weight (`recipes.convert_linears`)
+        return convert_linears(module, recipe, chosen, emulate=self.timer.emulated)
 
     def measure(self, recipe: str, variant: Variant) -> Measurement:
         timer, settings = self.timer, self.settings

@@ -27,6 +27,11 @@ batches, pre-compiling workers, time budget, resume, results files) is `fp8advis
 with the `GROUPED` workload (a `GroupedGrid`'s). Results rows (`fp8advisor.measure.sweep.point_record`) say
 `"grouped": true` and carry E, M_per_expert, K, N and the recipe (`rowwise`).
 
+MXFP8 (`--recipes mxfp8_rceil[,mxfp8_rceil_wgrad_with_hp]`, Blackwell, measured by default there) is torchao
+0.18's `mxfp8_grouped_mm._to_mxfp8_then_scaled_grouped_mm` with its `MXFP8TrainingOpConfig`'s settings
+(`mx_grouped_mm`); under `--emulate` with its EMULATED kernel preference (torchao's own emulation). Its sizes:
+`recipe_support.grouped_alignment` (128 on a GPU, 32 emulated).
+
 `--emulate` runs the same pipeline on the CPU. `torch._scaled_grouped_mm` and torchao's Triton casts have no
 CPU kernel, so the float8 path is emulated: the same rowwise scales as torchao's kernels (A and grad_output
 per row, B per expert and output column for the forward and per expert and input column for the input
@@ -55,18 +60,28 @@ from fp8advisor.measure.protocol import (
     failure_reason,
     time_step,
 )
+from fp8advisor.measure.recipe_support import (
+    FLOAT8_GROUPED_ALIGNMENT,
+    GROUPED_RECIPES,
+    check_recipes_on_device,
+    default_recipes,
+    grouped_alignment,
+    is_mx,
+)
 from fp8advisor.measure.results import GROUPED_AXES, GROUPED_WORKLOAD
 from fp8advisor.measure.timers import Timer
 from fp8advisor.measure.workload import Point, ShapeGrid, Workload, check_point_count, check_sizes
-from fp8advisor.recipes import BASELINE, sqnr_db
+from fp8advisor.recipes import BASELINE, mx_config, sqnr_db
 
 #: The float8 recipe of torchao's grouped GEMMs: rowwise scales, float8 weight gradient
-#: (`Float8TrainingRecipe.FP8_ROWWISE`, the only float8 recipe torchao 0.18 has for grouped GEMMs).
+#: (`Float8TrainingRecipe.FP8_ROWWISE`, the only float8 recipe torchao 0.18 has for grouped GEMMs); the MXFP8
+#: recipes (`recipe_support.GROUPED_RECIPES`) join it on Blackwell or where --recipes names them.
 GROUPED_RECIPE = "rowwise"
 RECIPES = (BASELINE, GROUPED_RECIPE)
 
-#: torchao's float8 grouped GEMM needs K, N and every group's size to be multiples of 16.
-ALIGNMENT = 16
+#: torchao's float8 grouped GEMM needs K, N and every group's size to be multiples of 16 (MXFP8: 32 emulated,
+#: 128 on a GPU, `recipe_support.grouped_alignment`).
+ALIGNMENT = FLOAT8_GROUPED_ALIGNMENT
 
 WORKLOAD = (
     "grouped GEMM of E experts, A (E*M_per_expert, K) row-major @ B_t (E, K, N) column-major, equal int32 "
@@ -222,12 +237,16 @@ def make_grouped_grid(
     N: Sequence[int] | None = None,
     recipes: Sequence[str] | None = None,
     emulate: bool = False,
+    capability: tuple[int, int] | None = None,
 ) -> GroupedGrid:
     """The named grouped grid (`default`, or `emulated` under --emulate), axes overridden where given (the
     product of the given values and the named grid's other axes, less the shapes `fits` leaves out).
 
     Raises `AdvisorError` (exit 2) for an unknown grid, sizes that are not positive, K, N or M_per_expert not
-    a multiple of 16 (torchao's float8 grouped GEMM needs it), a recipe other than rowwise, or an empty grid.
+    a multiple of what each recipe's grouped GEMM needs (`recipe_support.grouped_alignment`: 16 for rowwise,
+    32 or 128 for MXFP8), a recipe torchao has no grouped GEMM for, an MXFP8 recipe on a GPU of another
+    `capability` than 10.x, or an empty grid. Without --recipes: bf16 and rowwise, and the MXFP8 recipes on a
+    GPU that runs them.
     """
     if name is None:
         name = "emulated" if emulate else "default"
@@ -236,38 +255,63 @@ def make_grouped_grid(
     base = GROUPED_GRIDS[name]
     given = {"E": E, "M-per-expert": M_per_expert, "K": K, "N": N}
     for option, values in given.items():
-        if values is None:
-            continue
-        check_sizes(f"--{option}", values)
-        if option != "E" and any(int(value) % ALIGNMENT for value in values):
-            raise AdvisorError(
-                f"--{option} must be multiples of {ALIGNMENT} with --grouped, got {list(values)}",
-                hint="torchao's float8 grouped GEMM needs K, N and each expert's group of tokens to be "
-                f"multiples of {ALIGNMENT}, e.g. 128, 768, 2048",
-            )
-    if recipes:
-        unknown = [recipe for recipe in recipes if recipe not in RECIPES]
-        if unknown:
-            raise AdvisorError(
-                f"--recipes {','.join(unknown)}: grouped GEMMs have one float8 recipe, {GROUPED_RECIPE}",
-                hint=f"leave --recipes out with --grouped (bf16 and {GROUPED_RECIPE} are measured)",
-            )
+        if values is not None:
+            check_sizes(f"--{option}", values)
+    chosen = _grouped_recipes(recipes, base, emulate=emulate, capability=capability)
+    _check_alignment(given, base, chosen, emulate=emulate)
     if all(values is None for values in given.values()):
-        return base
+        return dataclasses.replace(base, recipes=chosen)
     axes = [
         E if E is not None else base.axis("E"),
         M_per_expert if M_per_expert is not None else base.axis("M_per_expert"),
         K if K is not None else base.axis("K"),
         N if N is not None else base.axis("N"),
     ]
-    check_point_count(axes, base.recipes)
-    grid = GroupedGrid.product(f"{name}+custom", *axes)
+    check_point_count(axes, chosen)
+    grid = GroupedGrid.product(f"{name}+custom", *axes, recipes=chosen)
     if not grid.shapes:
         raise AdvisorError(
             "every shape of this grid is too large for one GPU (a weight or activation over 2^32 elements)",
             hint="choose fewer experts, fewer tokens per expert or smaller K and N",
         )
     return grid
+
+
+def _grouped_recipes(
+    recipes: Sequence[str] | None, base: GroupedGrid, *, emulate: bool, capability: tuple[int, int] | None
+) -> tuple[str, ...]:
+    """bf16 first, then the grouped recipes given (as `recipes.parse_recipe` names them: "mxfp8" is
+    mxfp8_rceil), or the defaults of this device."""
+    if not recipes:
+        return default_recipes(base.recipes, capability, emulate=emulate)
+    from fp8advisor.recipes import parse_recipe
+
+    names = [name if name == BASELINE else parse_recipe(name).value for name in recipes]
+    unknown = [name for name in names if name != BASELINE and name not in GROUPED_RECIPES]
+    if unknown:
+        raise AdvisorError(
+            f"--recipes {','.join(unknown)}: grouped GEMMs have one float8 recipe, {GROUPED_RECIPE} (and "
+            f"MXFP8's {', '.join(r for r in GROUPED_RECIPES if is_mx(r))})",
+            hint="leave --recipes out with --grouped (bf16, rowwise and what else this GPU runs)",
+        )
+    chosen = tuple(dict.fromkeys([BASELINE, *names]))
+    check_recipes_on_device(chosen, None if emulate else capability)
+    return chosen
+
+
+def _check_alignment(given: dict, base: GroupedGrid, recipes: Sequence[str], *, emulate: bool) -> None:
+    """K, N and M_per_expert (given, or the named grid's) multiples of what every recipe needs."""
+    alignment = max(grouped_alignment(recipe, emulate=emulate) for recipe in recipes)
+    mx = [recipe for recipe in recipes if is_mx(recipe)]
+    for option, axis in (("M-per-expert", "M_per_expert"), ("K", "K"), ("N", "N")):
+        values = given[option] if given[option] is not None else base.axis(axis)
+        if any(int(value) % alignment for value in values):
+            needs = f"{', '.join(mx)} on {'the CPU' if emulate else 'a GPU'}" if mx else "float8"
+            raise AdvisorError(
+                f"--{option} must be multiples of {alignment} with --grouped ({needs}), got {list(values)}",
+                hint=f"torchao's {needs} grouped GEMM needs K, N and each expert's group of tokens to be "
+                f"multiples of {alignment}, e.g. {alignment}, {alignment * 6}, {alignment * 16}",
+            )
 
 
 # --- the workload -------------------------------------------------------------------------------------------
@@ -321,8 +365,29 @@ def float8_grouped_mm(*, emulate: bool) -> Callable:
     return fp8_rowwise_grouped_mm
 
 
+def mx_grouped_mm(recipe: str, *, emulate: bool) -> Callable:
+    """torchao's MXFP8 grouped GEMM `fn(A, B_t, offs)` with the settings of its
+    `MXFP8TrainingOpConfig.from_recipe(recipe)` (what a converted expert weight dispatches to), EMULATED under
+    `emulate` (`to_mx` casts and a dequantized `torch._grouped_mm`: runs on the CPU, compiled or eager)."""
+    op, config = compat.mx_grouped_mm(), mx_config(recipe, emulate=emulate)
+    settings = {
+        "out_dtype": _torch().bfloat16,
+        "kernel_preference": config.kernel_preference,
+        "wgrad_with_hp": config.wgrad_with_hp,
+        "scale_calculation_mode": config.scale_calculation_mode,
+        "pad_token_groups_for_grouped_mm": config.pad_token_groups_for_grouped_mm,  # False: groups aligned
+    }
+
+    def mxfp8_grouped_mm(A, B_t, offs):
+        return op(A, B_t, offs, **settings)
+
+    return mxfp8_grouped_mm
+
+
 def grouped_function(recipe: str, *, emulate: bool) -> Callable:
-    return bf16_grouped_mm if recipe == BASELINE else float8_grouped_mm(emulate=emulate)
+    if recipe == BASELINE:
+        return bf16_grouped_mm
+    return mx_grouped_mm(recipe, emulate=emulate) if is_mx(recipe) else float8_grouped_mm(emulate=emulate)
 
 
 # --- the CPU emulation of torchao's float8 rowwise grouped GEMM ---------------------------------------------
@@ -544,6 +609,7 @@ __all__ = [
     "float8_grouped_mm",
     "make_grouped_grid",
     "make_operands",
+    "mx_grouped_mm",
     "precompile_grouped_point",
     "with_grouped_defaults",
 ]

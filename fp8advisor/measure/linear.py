@@ -30,6 +30,11 @@ The default grid is a complete cube, M over {1024, 4096, 8192, 32768} and K and 
 of sweep in two commands (docs/benchmarks.md). `quick` is a smoke test; `llama` the Llama 3 8B/70B layer
 shapes at three token counts; `full` the published 1024..32768 power-of-two cube (216 shapes).
 
+MXFP8 recipes (`mxfp8_rceil`, `mxfp8_rceil_wgrad_with_hp`; Blackwell, compute capability 10.x) go through the
+same steps, the Linear converted with torchao 0.18's `quantize_(..., MXFP8TrainingOpConfig.from_recipe(...))`
+(`recipes.convert_linears`); step 7 is skipped for them (its probes time `torch._scaled_mm` and float8 casts).
+K and N must be multiples of 32 for them (`recipe_support`); on another GPU they are refused before measuring.
+
 `--emulate` runs the same pipeline on the CPU with torchao's emulated float8 on a tiny grid, timing wall-clock
 with `time.perf_counter` only; every record says `"emulated": true` and `fit` refuses such runs for a real
 profile.
@@ -54,10 +59,16 @@ from fp8advisor.measure.protocol import (
     failure_reason,
     time_step,
 )
+from fp8advisor.measure.recipe_support import (
+    check_linear_dims,
+    check_recipes_on_device,
+    default_recipes,
+    is_mx,
+)
 from fp8advisor.measure.results import LINEAR_AXES
 from fp8advisor.measure.timers import Timer
 from fp8advisor.measure.workload import Point, ShapeGrid, Workload, check_point_count, check_sizes
-from fp8advisor.recipes import ALL_RECIPES, BASELINE, float8_config, parse_recipe, sqnr_db
+from fp8advisor.recipes import BASELINE, FLOAT8_RECIPES, convert_linears, parse_recipe, sqnr_db
 
 WORKLOAD = "LayerNorm(K, elementwise_affine=False) -> Linear(K, N, bias=False) -> Sigmoid, bf16, fwd+bwd"
 
@@ -80,7 +91,8 @@ GPU_METHOD = {
 
 EMULATED_METHOD = {
     "workload": WORKLOAD,
-    "compile": "torch.compile default mode on the CPU, torchao float8 with emulate=True; the point's compile "
+    "compile": "torch.compile default mode on the CPU, torchao float8 with emulate=True (MXFP8: "
+    "KernelPreference.EMULATED); the point's compile "
     "record: seconds of the first call, with inductor FX-graph and AOTAutograd cache hits/misses",
     "kernel_time": None,
     "wall_time": "EMULATED on the CPU, one thread: time.perf_counter per iteration, compile call + 2 warm-up "
@@ -129,7 +141,8 @@ def _ordered_recipes(recipes: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-ALL = (BASELINE, *(recipe.value for recipe in ALL_RECIPES))
+#: The named grids' recipes: bf16 and the float8 recipes (MXFP8 joins them on Blackwell: `make_grid`).
+ALL = (BASELINE, *(recipe.value for recipe in FLOAT8_RECIPES))
 
 
 #: Llama 3 layer widths (K, N): 8B q/o, k/v, w1/w3, w2; 70B q/o, k/v, w1/w3, w2.
@@ -172,11 +185,15 @@ def make_grid(
     N: Sequence[int] | None = None,
     recipes: Sequence[str] | None = None,
     emulate: bool = False,
+    capability: tuple[int, int] | None = None,
 ) -> Grid:
     """The named grid (`default`, or `emulated` under --emulate), its axes and recipes overridden where given.
 
     Overriding any of M, K, N makes the grid the product of the given values, the other axes taken from the
-    named grid; bf16 is always measured (it is the baseline).
+    named grid; bf16 is always measured (it is the baseline). `capability`: the GPU's (None: emulated or
+    unknown): without --recipes the grid measures what that GPU supports (`recipe_support.default_recipes`:
+    MXFP8 joins on 10.x), and an MXFP8 recipe on another GPU, or with a K or N not a multiple of 32, is
+    refused (exit 2) before anything is measured.
     """
     if name is None:
         name = "emulated" if emulate else "default"
@@ -186,12 +203,17 @@ def make_grid(
     for axis, values in (("M", M), ("K", K), ("N", N)):
         if values is not None:
             check_sizes(f"--{axis}", values)
-    chosen_recipes = _ordered_recipes(recipes) if recipes else base.recipes
-    if M is None and K is None and N is None:
-        return dataclasses.replace(base, recipes=chosen_recipes)
+    if recipes:
+        chosen_recipes = _ordered_recipes(recipes)
+    else:
+        chosen_recipes = default_recipes(base.recipes, capability, emulate=emulate)
+    check_recipes_on_device(chosen_recipes, None if emulate else capability)
     axes = [
         values if values is not None else base.axis(axis) for axis, values in (("M", M), ("K", K), ("N", N))
     ]
+    check_linear_dims(axes[1], axes[2], chosen_recipes)
+    if M is None and K is None and N is None:
+        return dataclasses.replace(base, recipes=chosen_recipes)
     check_point_count(axes, chosen_recipes)
     return Grid.cube(f"{name}+custom", *axes, chosen_recipes)
 
@@ -243,13 +265,13 @@ def make_inputs(M: int, K: int, N: int, *, device: str, seed: int):
 
 
 def prepare_module(base, recipe: str, *, emulate: bool):
-    """A deep copy of `base`, converted to float8 training under `recipe` unless it is bf16 (not compiled)."""
+    """A deep copy of `base`, its Linear converted as torchao does for `recipe` (`recipes.convert_linears`:
+    Float8Linear for float8, the MXFP8 training weight for MXFP8, EMULATED kernels under `emulate`) unless
+    it is bf16 (not compiled)."""
     module = copy.deepcopy(base)
     if recipe == BASELINE:
         return module
-    from torchao.float8 import convert_to_float8_training
-
-    return convert_to_float8_training(module, config=float8_config(recipe, emulate=emulate))
+    return convert_linears(module, recipe, lambda _module, _fqn: True, emulate=emulate)
 
 
 # --- a shape's measurements ---------------------------------------------------------------------------------
@@ -314,7 +336,8 @@ class ShapeBench:
             memory_before=memory_before,
             check=(lambda output: self.check(output, x.grad)) if recipe != BASELINE else None,
         )
-        if not timer.emulated and recipe != BASELINE and settings.breakdown:
+        # the probes time torch._scaled_mm and fp8advisor's own float8 casts: none of MXFP8's kernels
+        if not timer.emulated and recipe != BASELINE and settings.breakdown and not is_mx(recipe):
             try:
                 breakdown = self._breakdown(recipe)
             except Exception as error:  # noqa: BLE001 - a failed probe must not discard the point's times

@@ -32,7 +32,14 @@ from pathlib import Path
 
 from fp8advisor.errors import ProfileError, ResultsError
 from fp8advisor.fields import name_problem
-from fp8advisor.gpus import FAMILY_COMPUTE_CAPABILITY, GPU_SPECS, GpuSpecs, get_specs, gpu_family
+from fp8advisor.gpus import (
+    FAMILY_COMPUTE_CAPABILITY,
+    GPU_SPECS,
+    GpuSpecs,
+    get_specs,
+    gpu_family,
+    recipes_for_family,
+)
 from fp8advisor.predict.figures import FitError, SpeedupPoint
 from fp8advisor.predict.fit_error import PointT, grouped_leave_one_out, leave_one_out, roofline_error
 from fp8advisor.predict.grouped_profile import (
@@ -45,12 +52,12 @@ from fp8advisor.predict.measurements import Measurements, load_measurements
 from fp8advisor.predict.profile import DeviceInfo, Profile, RecipeProfile, dumps_profile
 from fp8advisor.predict.speedup import INTERPOLATION_MODEL
 from fp8advisor.predict.thresholds import MThreshold, threshold_table
-from fp8advisor.recipes import Recipe
 
 ROOFLINE_METHOD = (
     "roofline model of torchao/testing/training/roofline_utils.py as benchmarks/float8/float8_roofline.py "
     "--enable_fusion_modeling uses it: bf16 GEMM time / (float8 GEMM time + cast overhead) of a Linear's "
-    "3 forward+backward GEMMs; LayerNorm and Sigmoid not modelled; input and grad_output casts fused"
+    "3 forward+backward GEMMs; LayerNorm and Sigmoid not modelled; input and grad_output casts fused "
+    "(float8 recipes; MXFP8's casts are torchao's own kernels, never fused)"
 )
 
 
@@ -357,7 +364,8 @@ def _fit_grouped(points: tuple[GroupedSpeedupPoint, ...], provenance: str) -> Gr
 
 
 def roofline_profile(gpu: str | GpuSpecs, *, created: str, name: str | None = None) -> Profile:
-    """The modelled profile of a GPU family: every recipe, predicted by the roofline formula."""
+    """The modelled profile of a GPU family: every recipe it runs (`gpus.recipes_for_family`: MXFP8 on
+    Blackwell only), predicted by the roofline formula."""
     specs = get_specs(gpu)
     return Profile(
         name=name or f"{specs.family.lower()}-roofline",
@@ -373,7 +381,7 @@ def roofline_profile(gpu: str | GpuSpecs, *, created: str, name: str | None = No
         method=ROOFLINE_METHOD,
         recipes={
             recipe.value: RecipeProfile(points=(), model={"kind": "roofline", "fused": True}, error=None)
-            for recipe in Recipe
+            for recipe in recipes_for_family(specs.family)
         },
         roofline=specs,
     )

@@ -108,12 +108,13 @@ def _terms(
     compute_only = replace(specs, bandwidth_bytes_per_s=1e30, kernel_floor_s=0.0)
     memory_only = replace(specs, fp8_flops=1e30, kernel_floor_s=0.0)
     shapes = [(M, K, N), (M, N, K), (K, M, N)]  # output, grad_input, grad_weight
-    float8 = shapes[:2] if recipe is Recipe.ROWWISE_WITH_GW_HP else shapes
-    kept = shapes[2:] if recipe is Recipe.ROWWISE_WITH_GW_HP else []
+    float8 = shapes[:2] if recipe.grad_weight_in_bf16 else shapes
+    kept = shapes[2:] if recipe.grad_weight_in_bf16 else []
+    low = "mxfp8" if recipe.is_mx else "fp8"
     return _Terms(
         bf16_s=linear_gemm_time_s(M, K, N, BASELINE, specs),
-        compute_s=tuple(gemm_time_s(*shape, "fp8", compute_only) for shape in float8),
-        memory_s=tuple(gemm_time_s(*shape, "fp8", memory_only) for shape in float8),
+        compute_s=tuple(gemm_time_s(*shape, low, compute_only) for shape in float8),
+        memory_s=tuple(gemm_time_s(*shape, low, memory_only) for shape in float8),
         bf16_gemms_s=sum(gemm_time_s(*shape, "bf16", specs) for shape in kept),
         cast_s=cast_overhead_s(M, K, N, recipe, specs, fused=fused),
         floor_s=specs.kernel_floor_s,

@@ -45,7 +45,7 @@ from fp8advisor.predict.figures import SpeedupPoint
 from fp8advisor.predict.fitted import RooflineFactors, fit_factors
 from fp8advisor.predict.profile import DeviceInfo, Profile, RecipeProfile
 from fp8advisor.predict.speedup import BLEND_KIND, INTERPOLATION_MODEL, predict_speedup
-from fp8advisor.recipes import Recipe
+from fp8advisor.recipes import FLOAT8_RECIPES, Recipe
 
 TABLE, ROOFLINE, FITTED_ROOFLINE = "table", "roofline", "fitted-roofline"
 BLEND_FITTED, BLEND_ROOFLINE = "blend-fitted", "blend-roofline"
@@ -130,10 +130,11 @@ def candidate_profile(
     name: str | None = None,
     intervals: Mapping[Recipe, tuple[float, float, int]] | None = None,
 ) -> Profile:
-    """A profile of `gpu` that predicts every recipe with `candidate` (one name, or one per recipe), with the
-    interval ratios of `intervals` (low, high, n) in each recipe's model section."""
+    """A profile of `gpu` that predicts each recipe with `candidate` (one name for the float8 recipes, or one
+    per recipe it names), with the interval ratios of `intervals` (low, high, n) in each recipe's model
+    section. One name covers the float8 recipes only: the evidence base has no MXFP8 Linear figure."""
     recipes = {}
-    for recipe in Recipe:
+    for recipe in FLOAT8_RECIPES if isinstance(candidate, str) else candidate:
         chosen = candidate if isinstance(candidate, str) else candidate[recipe]
         body = recipe_body(fitted, chosen, gpu, recipe)
         model = {**body.model, "candidate": chosen}

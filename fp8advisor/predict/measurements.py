@@ -189,6 +189,10 @@ def _absurd_pairs(pairs: Sequence) -> tuple[list, tuple[str, ...]]:
     return kept, (note,)
 
 
+#: The recipe of a profile's grouped section (`GroupedProfile.recipe`).
+GROUPED_PROFILE_RECIPE = "rowwise"
+
+
 def _paired_points(
     group: Sequence,
 ) -> tuple[dict[str, list[SpeedupPoint]], list[GroupedSpeedupPoint], set[str], tuple[str, ...]]:
@@ -211,8 +215,17 @@ def _paired_points(
                 float8_time_s=pair.float8_time_s,
             )
         )
+    # the profile's grouped section holds one recipe, rowwise: MXFP8 grouped points are left out, said
+    mx_grouped = [pair for pair in grouped_pairs if pair.recipe != GROUPED_PROFILE_RECIPE]
+    if mx_grouped:
+        absurd_grouped += (
+            f"{len(mx_grouped)} grouped {mx_grouped[0].recipe} point(s) left out: a profile's grouped "
+            f"section holds {GROUPED_PROFILE_RECIPE} only (the grouped roofline predicts MXFP8 experts)",
+        )
     grouped = []
     for pair in grouped_pairs:
+        if pair.recipe != GROUPED_PROFILE_RECIPE:
+            continue
         bases.add(pair.basis)
         grouped.append(
             GroupedSpeedupPoint(

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from fp8advisor.errors import ProfileError
-from fp8advisor.gpus import GpuSpecs, gpu_family
+from fp8advisor.gpus import FAMILY_COMPUTE_CAPABILITY, GpuSpecs, gpu_family
 from fp8advisor.json_output import dumps
 from fp8advisor.predict.figures import FitError, SpeedupPoint
 from fp8advisor.predict.grouped_profile import GroupedProfile
 from fp8advisor.predict.profile_schema import SCHEMA, check_profile_document
-from fp8advisor.recipes import Recipe
+from fp8advisor.recipes import Recipe, mx_unsupported_reason
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,13 @@ class Profile:
         try:
             return self.recipes[str(Recipe(recipe))]
         except KeyError:
+            capability = self.device.compute_capability or FAMILY_COMPUTE_CAPABILITY.get(self.family or "")
+            unsupported = Recipe(recipe).is_mx and mx_unsupported_reason(capability)
+            if unsupported:
+                raise ProfileError(
+                    f"profile {self.name!r} has no figures for {Recipe(recipe)}: {unsupported}",
+                    hint="use --gpu B200 (or GB200, B300) for MXFP8 advice, or a float8 recipe",
+                ) from None
             raise ProfileError(
                 f"profile {self.name!r} has no figures for recipe {Recipe(recipe)}",
                 hint=f"it covers: {', '.join(self.recipes) or 'nothing'}; pick another recipe or profile",

@@ -6,18 +6,21 @@ uses it with `--enable_fusion_modeling`, term for term:
 - one GEMM takes `max(2*M*K*N / (peak * gemm_efficiency), bytes / (bandwidth * bandwidth_efficiency), floor)`
   with bytes = (M*K + K*N) * b + 2*M*N (b = 2 for bf16, 1 for float8; the output is bf16 either way);
 - a Linear's forward+backward is three GEMMs: output (M, K, N), grad_input (M, N, K), grad_weight (K, M, N);
-  `rowwise_with_gw_hp` keeps the grad_weight GEMM in bf16;
+  `rowwise_with_gw_hp` (and `mxfp8_rceil_wgrad_with_hp`) keeps the grad_weight GEMM in bf16;
 - the float8 cast overhead is one `max(bytes / (bandwidth * bandwidth_efficiency), floor)` per cast kernel of
   input (M x K), weight (K x N) and grad_output (M x N), with the per-recipe kernel lists of
   `_cast_kernel_bytes`; every listed kernel pays at least the floor, even one that moves no bytes (torchao
   counts it so);
+- MXFP8 recipes (Blackwell): the GEMMs run at the FP8 peak and read their E8M0 scales too (1 byte per 32
+  elements, as torchao's roofline counts them); the cast overhead is every kernel torchao 0.18's MXFP8 Linear
+  runs (`fp8advisor.predict.mx_roofline`: six casts and six scale rearrangements, none fused);
 - roofline speedup = bf16 GEMM time / (float8 GEMM time + cast overhead). LayerNorm and Sigmoid are not
   modelled; `fused=True` (torchao's `enable_fusion_modeling`) assumes the casts of input and grad_output fuse
   into the LayerNorm and Sigmoid kernels before them, as in the published LNLinearSigmoid benchmark.
 
 Routed experts (MoE) have their own model below (`grouped_fwd_bwd_time_s`): not torchao's (it has none for
 grouped GEMMs) but the same GEMM terms per expert, and the cast kernels counted from torchao 0.18's rowwise
-grouped path (`grouped_cast_kernel_bytes`).
+grouped path (`grouped_cast_kernel_bytes`) or its MXFP8 grouped path (`fp8advisor.predict.mx_grouped`).
 
 The GPU constants (`GpuSpecs`: torchao's `gpu_name_to_specs`, by family) are the catalogue in
 `fp8advisor.gpus`.
@@ -29,6 +32,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from fp8advisor.gpus import GpuSpecs, get_specs
+from fp8advisor.predict import mx_grouped, mx_roofline
 from fp8advisor.recipes import BASELINE, Recipe
 
 BYTES_PER_BF16 = 2
@@ -40,21 +44,24 @@ def _floored_memory_time_s(num_bytes: float, specs: GpuSpecs) -> float:
 
 
 def gemm_time_s(M: int, K: int, N: int, dtype: str, gpu: str | GpuSpecs) -> float:
-    """Roofline time of one (M x K) @ (K x N) GEMM, inputs in `dtype` ("bf16" or "fp8"), output bf16."""
+    """Roofline time of one (M x K) @ (K x N) GEMM, inputs in `dtype` ("bf16", "fp8" or "mxfp8": e4m3 with
+    its block scales), output bf16."""
     specs = get_specs(gpu)
     peak, input_bytes = _peak_and_input_bytes(dtype, specs)
     return max(_gemm_roofline_s(M, K, N, peak, input_bytes, specs), specs.kernel_floor_s)
 
 
-def _peak_and_input_bytes(dtype: str, specs: GpuSpecs) -> tuple[float, int]:
+def _peak_and_input_bytes(dtype: str, specs: GpuSpecs) -> tuple[float, float]:
     if dtype == "bf16":
         return specs.bf16_flops, BYTES_PER_BF16
     if dtype == "fp8":
         return specs.fp8_flops, BYTES_PER_FLOAT8
-    raise ValueError(f"dtype must be 'bf16' or 'fp8', not {dtype!r}")
+    if dtype == "mxfp8":  # the FP8 peak (Blackwell runs MXFP8 at its FP8 rate), the scales read beside
+        return specs.fp8_flops, BYTES_PER_FLOAT8 * (1 + mx_roofline.gemm_scale_read_fraction())
+    raise ValueError(f"dtype must be 'bf16', 'fp8' or 'mxfp8', not {dtype!r}")
 
 
-def _gemm_roofline_s(M: float, K: int, N: int, peak: float, input_bytes: int, specs: GpuSpecs) -> float:
+def _gemm_roofline_s(M: float, K: int, N: int, peak: float, input_bytes: float, specs: GpuSpecs) -> float:
     """max(compute, memory) of one (M x K) @ (K x N) GEMM with a bf16 output, without the kernel floor."""
     compute_s = 2 * M * K * N / (peak * specs.gemm_efficiency)
     memory_bytes = (M * K + K * N) * input_bytes + M * N * BYTES_PER_BF16
@@ -68,8 +75,9 @@ def linear_gemm_time_s(M: int, K: int, N: int, recipe: Recipe | str, gpu: str | 
         dtypes = ("bf16", "bf16", "bf16")
     else:
         recipe = Recipe(recipe)
-        # rowwise_with_gw_hp keeps the grad_weight GEMM in high precision
-        dtypes = ("fp8", "fp8", "bf16" if recipe is Recipe.ROWWISE_WITH_GW_HP else "fp8")
+        low = "mxfp8" if recipe.is_mx else "fp8"
+        # rowwise_with_gw_hp and mxfp8_rceil_wgrad_with_hp keep the grad_weight GEMM in high precision
+        dtypes = (low, low, "bf16" if recipe.grad_weight_in_bf16 else low)
     return (
         gemm_time_s(M, K, N, dtypes[0], gpu)  # input @ weight.t = output
         + gemm_time_s(M, N, K, dtypes[1], gpu)  # grad_output @ weight = grad_input
@@ -84,6 +92,10 @@ def cast_kernel_bytes(role: str, numel: int, recipe: Recipe | str, *, fused: boo
     (torchao passes it for input and grad_output only, never for the weight).
     """
     recipe = Recipe(recipe)
+    if recipe.is_mx:
+        raise ValueError(
+            f"{recipe}'s casts depend on the tensor's shape: see mx_roofline.linear_kernel_bytes"
+        )
     n, bf16, fp8 = numel, BYTES_PER_BF16, BYTES_PER_FLOAT8
     if role not in ("input", "weight", "grad_output"):
         raise ValueError(f"role must be input, weight or grad_output, not {role!r}")
@@ -111,8 +123,12 @@ def cast_kernel_bytes(role: str, numel: int, recipe: Recipe | str, *, fused: boo
 def cast_overhead_s(
     M: int, K: int, N: int, recipe: Recipe | str, gpu: str | GpuSpecs, *, fused: bool = True
 ) -> float:
-    """Time of every float8 cast kernel of a Linear's forward+backward; each costs at least the floor."""
+    """Time of every float8 cast kernel of a Linear's forward+backward; each costs at least the floor. MXFP8
+    casts are never fused (`mx_roofline`)."""
     specs = get_specs(gpu)
+    if Recipe(recipe).is_mx:
+        kernels = [num_bytes for _, num_bytes in mx_roofline.linear_kernel_bytes(M, K, N, recipe)]
+        return sum(_floored_memory_time_s(num_bytes, specs) for num_bytes in kernels)
     kernels = (
         cast_kernel_bytes("input", M * K, recipe, fused=fused)
         + cast_kernel_bytes("weight", K * N, recipe, fused=False)
@@ -164,8 +180,16 @@ def _row_counts(rows: Sequence[float]) -> Counter:
     return counts
 
 
-def grouped_gemm_time_s(rows: Sequence[float], K: int, N: int, dtype: str, gpu: str | GpuSpecs) -> float:
-    """Roofline time of the three grouped GEMMs of one expert GEMM set's forward+backward, inputs in `dtype`.
+def grouped_gemm_time_s(
+    rows: Sequence[float],
+    K: int,
+    N: int,
+    dtype: str,
+    gpu: str | GpuSpecs,
+    grad_weight_dtype: str | None = None,
+) -> float:
+    """Roofline time of the three grouped GEMMs of one expert GEMM set's forward+backward, inputs in `dtype`
+    (the grad_weight GEMM's in `grad_weight_dtype` when given: bf16 for `mxfp8_rceil_wgrad_with_hp`).
 
     Modelled per expert and summed: expert e's part of each grouped GEMM takes the Linear roofline's
     max(compute, memory) of its own sub-GEMM (output (m_e, K, N), grad_input (m_e, N, K), grad_weight (K, m_e,
@@ -178,12 +202,13 @@ def grouped_gemm_time_s(rows: Sequence[float], K: int, N: int, dtype: str, gpu: 
     """
     specs = get_specs(gpu)
     peak, input_bytes = _peak_and_input_bytes(dtype, specs)
+    weight_peak, weight_bytes = _peak_and_input_bytes(grad_weight_dtype or dtype, specs)
     output = grad_input = grad_weight = 0.0
     for m, experts in _row_counts(rows).items():
         if m > 0:
             output += experts * _gemm_roofline_s(m, K, N, peak, input_bytes, specs)
             grad_input += experts * _gemm_roofline_s(m, N, K, peak, input_bytes, specs)
-        grad_weight += experts * _gemm_roofline_s(K, m, N, peak, input_bytes, specs)
+        grad_weight += experts * _gemm_roofline_s(K, m, N, weight_peak, weight_bytes, specs)
     return sum(max(gemm, specs.kernel_floor_s) for gemm in (output, grad_input, grad_weight))
 
 
@@ -246,21 +271,32 @@ def grouped_fwd_bwd_time_s(
     rows: Sequence[float], K: int, N: int, recipe_or_bf16: Recipe | str, gpu: str | GpuSpecs
 ) -> float:
     """Modelled forward+backward time of one expert GEMM set (E = len(rows) experts, expert e with rows[e]):
-    bf16 grouped GEMMs, or float8 grouped GEMMs plus torchao's cast kernels (rowwise only)."""
+    bf16 grouped GEMMs, or low-precision grouped GEMMs plus torchao's kernels of the grouped recipe: rowwise
+    (`grouped_cast_kernel_bytes`) or MXFP8 (`mx_grouped.grouped_kernel_bytes`, block-scaled GEMMs reading
+    their scales; `mxfp8_rceil_wgrad_with_hp`'s grad_weight GEMM in bf16)."""
     if recipe_or_bf16 == BASELINE:
         return grouped_gemm_time_s(rows, K, N, "bf16", gpu)
-    if Recipe(recipe_or_bf16) is not GROUPED_RECIPE:
-        raise ValueError(f"torchao's float8 grouped GEMMs are rowwise only, not {recipe_or_bf16}")
+    recipe = Recipe(recipe_or_bf16)
+    if recipe.is_mx:
+        specs = get_specs(gpu)
+        gemms = grouped_gemm_time_s(
+            rows, K, N, "mxfp8", specs, "bf16" if recipe.grad_weight_in_bf16 else None
+        )
+        kernels = mx_grouped.grouped_kernel_bytes(rows, K, N, recipe)
+        return gemms + sum(_floored_memory_time_s(num_bytes, specs) for _, num_bytes in kernels)
+    if recipe is not GROUPED_RECIPE:
+        raise ValueError(f"torchao's float8 grouped GEMMs are rowwise only (or MXFP8), not {recipe_or_bf16}")
     return grouped_gemm_time_s(rows, K, N, "fp8", gpu) + grouped_cast_overhead_s(
         sum(rows), K, N, len(rows), gpu
     )
 
 
-def grouped_roofline_speedup(rows: Sequence[float], K: int, N: int, gpu: str | GpuSpecs) -> float:
-    """bf16 time / float8 (rowwise) time of one expert GEMM set, by the grouped roofline."""
-    return grouped_fwd_bwd_time_s(rows, K, N, BASELINE, gpu) / grouped_fwd_bwd_time_s(
-        rows, K, N, GROUPED_RECIPE, gpu
-    )
+def grouped_roofline_speedup(
+    rows: Sequence[float], K: int, N: int, gpu: str | GpuSpecs, recipe: Recipe | str = GROUPED_RECIPE
+) -> float:
+    """bf16 time / low-precision time (rowwise unless `recipe` says otherwise) of one expert GEMM set, by the
+    grouped roofline."""
+    return grouped_fwd_bwd_time_s(rows, K, N, BASELINE, gpu) / grouped_fwd_bwd_time_s(rows, K, N, recipe, gpu)
 
 
 def routed_rows(M_total: float, n_experts: int, imbalance: float = 1.0) -> tuple[float, ...]:

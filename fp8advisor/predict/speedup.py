@@ -323,25 +323,31 @@ class GroupTimes:
         return self.bf16_s / self.float8_s
 
 
-def _grouped_sources(profile) -> tuple[Any, GpuSpecs]:
-    """The measured grouped profile for the rowwise recipe (None: none) and the roofline constants that go
-    with the profile. A `ProfileChoice` answers from the grouped profile selection found for the GPU
-    (`ProfileChoice.grouped`: a profile of grouped figures alone), then its profile for rowwise, then its
-    primary."""
+def _grouped_sources(profile, recipe: Recipe = GROUPED_RECIPE) -> tuple[Any, GpuSpecs]:
+    """The measured grouped profile for the grouped `recipe` (None: none, or one measured under another
+    recipe) and the roofline constants that go with the profile. A `ProfileChoice` answers from the grouped
+    profile selection found for the GPU (`ProfileChoice.grouped`: a profile of grouped figures alone), then
+    its profile for the recipe, then its primary."""
     candidates = []
     if isinstance(profile, ProfileChoice):
-        candidates = [profile, profile.profile_for(GROUPED_RECIPE), profile.primary]
+        candidates = [profile, profile.profile_for(recipe), profile.primary]
     elif profile is not None:
         candidates = [profile]
     grouped = next(
         (found for found in (getattr(c, "grouped", None) for c in candidates) if found is not None), None
     )
+    if grouped is not None and str(getattr(grouped, "recipe", GROUPED_RECIPE.value)) != recipe.value:
+        grouped = None  # measured under another grouped recipe: the roofline answers for this one
     specs = next((roofline_specs_for(c) for c in candidates if isinstance(c, Profile)), GPU_SPECS["H100"])
     return grouped, specs
 
 
 def _routed_times(
-    rows: Sequence[float], gemms: Sequence[tuple[int, int]], grouped, specs: GpuSpecs
+    rows: Sequence[float],
+    gemms: Sequence[tuple[int, int]],
+    grouped,
+    specs: GpuSpecs,
+    recipe: Recipe = GROUPED_RECIPE,
 ) -> tuple[float, float, set[str]]:
     """(bf16 seconds, float8 seconds, hows) of every GEMM set of a group at per-expert `rows`.
 
@@ -362,7 +368,7 @@ def _routed_times(
             if any(answer is None for answer in answers.values()):
                 answers = None
         if answers is None:
-            float8 = grouped_fwd_bwd_time_s(rows, K, N, GROUPED_RECIPE, specs)
+            float8 = grouped_fwd_bwd_time_s(rows, K, N, recipe, specs)
             hows.add(MODELLED)
         else:
             weights = {
@@ -377,10 +383,13 @@ def _routed_times(
     return bf16_total, float8_total, hows
 
 
-def predict_expert_group(profile, group, imbalance: float = 1.0) -> GroupTimes | None:
-    """bf16 and float8 times of a group of routed experts (`inspect.records.ExpertGroup`) under balanced
-    routing, and the speedup range under `imbalance` (see `roofline.routed_rows`; clamped to E). None when M
-    per expert is unknown.
+def predict_expert_group(
+    profile, group, imbalance: float = 1.0, recipe: Recipe | str = GROUPED_RECIPE
+) -> GroupTimes | None:
+    """bf16 and low-precision times of a group of routed experts (`inspect.records.ExpertGroup`) under
+    balanced routing in the grouped `recipe` (rowwise, or an MXFP8 recipe: `mx_grouped.grouped_recipe_for`),
+    and the speedup range under `imbalance` (see `roofline.routed_rows`; clamped to E). None when M per
+    expert is unknown.
 
     The figure comes from the profile's measured grouped profile (`profile.grouped.speedup_at(E, M per
     expert, K, N)`) when it has one and it answers, else from the grouped roofline of the profile's GPU family
@@ -389,10 +398,11 @@ def predict_expert_group(profile, group, imbalance: float = 1.0) -> GroupTimes |
     """
     if group.M_total is None or group.M_total <= 0:
         return None
-    grouped, specs = _grouped_sources(profile)
+    recipe = Recipe(recipe)
+    grouped, specs = _grouped_sources(profile, recipe)
     gemms = [(gemm.K, gemm.N) for gemm in group.gemms]
     E = group.n_experts
-    bf16, float8, hows = _routed_times(routed_rows(group.M_total, E), gemms, grouped, specs)
+    bf16, float8, hows = _routed_times(routed_rows(group.M_total, E), gemms, grouped, specs, recipe)
     measured = MODELLED not in hows
     provenance = str(getattr(grouped, "provenance", "measured")) if measured else MODELLED
     how = (EXTRAPOLATED if EXTRAPOLATED in hows else INTERPOLATED) if measured else MODELLED
@@ -405,7 +415,7 @@ def predict_expert_group(profile, group, imbalance: float = 1.0) -> GroupTimes |
         factors = [highest ** (i / (IMBALANCE_SAMPLES - 1)) for i in range(IMBALANCE_SAMPLES)]
         speedups = [bf16 / float8]
         for factor in factors[1:]:
-            b, f, _ = _routed_times(routed_rows(group.M_total, E, factor), gemms, grouped, specs)
+            b, f, _ = _routed_times(routed_rows(group.M_total, E, factor), gemms, grouped, specs, recipe)
             speedups.append(b / f)
         speedup_range = (min(speedups), max(speedups))
     return GroupTimes(bf16, float8, provenance, how, detail, speedup_range)

@@ -1,6 +1,7 @@
 """Converting a model as a config says: torchao's own `convert_to_float8_training` with the config's recipe
-and the framework's exact module filter (`FrameworkConfig.filter_for`); the layers that became `Float8Linear`
-are what the framework converts.
+and the framework's exact module filter (`FrameworkConfig.filter_for`), or for an MXFP8 recipe torchao's
+`quantize_` with `MXFP8TrainingOpConfig` (`recipes.convert_linears`); the layers that became
+`Float8Linear`, or whose weight became torchao's MXFP8 training tensor, are what the framework converts.
 
 `verify` converts the model built on the meta device (no memory), so that the check is exact for a model of
 any size; the model it runs (built for real, or its shadow: `fp8advisor.verification.shadow`) is converted
@@ -13,13 +14,22 @@ from torch import nn
 
 from fp8advisor import compat
 from fp8advisor.frameworks.config_record import FrameworkConfig
-from fp8advisor.recipes import Recipe, float8_config
+from fp8advisor.recipes import Recipe, convert_linears, float8_config, is_converted
 
 
 def converted_fqns(model: nn.Module) -> set[str]:
-    """FQNs of the Float8Linear modules in `model` (each once, under its first name, as torchao swaps)."""
+    """FQNs of the converted Linear layers in `model` (each once, under its first name, as torchao swaps):
+    Float8Linear modules, and nn.Linear whose weight is torchao's MXFP8 training tensor
+    (`recipes.is_converted`) or that are torchao's MXFP8Linear module (torchtitan 0.3's MX converter builds
+    its subclass)."""
     float8_linear = compat.float8_linear()
-    return {fqn for fqn, module in model.named_modules() if isinstance(module, float8_linear)}
+    mx_linear = compat.mx_linear_class()
+    return {
+        fqn
+        for fqn, module in model.named_modules()
+        if isinstance(module, (float8_linear, mx_linear))
+        or (isinstance(module, nn.Linear) and is_converted(module))
+    }
 
 
 def convert(
@@ -48,6 +58,9 @@ def convert(
 
     if not config.enabled:
         return set()
+    if recipe.is_mx:  # torchao's quantize_ with MXFP8TrainingOpConfig (emulated kernels on the CPU)
+        convert_linears(model, recipe, module_filter, emulate=emulate)
+        return converted_fqns(model)
     convert_to_float8_training(
         model, config=float8_config(recipe, emulate=emulate), module_filter_fn=module_filter
     )

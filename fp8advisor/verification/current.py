@@ -167,7 +167,7 @@ def _linear_conversion(current: CurrentFile, config: FrameworkConfig, target: st
     swapped = convert_experts(model, config, groups)
     in_float8 = tuple(g.group for g in groups if all(m in swapped for m in expert_modules(g)))
     how = (
-        f"torchao's convert_to_float8_training with the file's filter ({config.rule})"
+        f"torchao's {_swap(config.recipe)} with the file's filter ({config.rule})"
         if config.enabled
         else "FP8 is off in the file: no Linear layer converts"
     )
@@ -403,6 +403,11 @@ def _layers_for(recipe: Recipe, advice, model_layers, profile_choice, predictor:
         expert_parallel=advice.expert_parallel,
     )
     return tuple(decided), tuple(experts)
+
+
+def _swap(recipe) -> str:
+    """torchao's conversion for the recipe: `convert_to_float8_training`, or MXFP8's `quantize_`."""
+    return "quantize_ with MXFP8TrainingOpConfig" if recipe.is_mx else "convert_to_float8_training"
 
 
 __all__ = [

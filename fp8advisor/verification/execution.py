@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ from fp8advisor.device import MIN_FP8_CAPABILITY
 from fp8advisor.errors import AdvisorError, TargetError
 from fp8advisor.frameworks.config_record import FrameworkConfig
 from fp8advisor.inspect.spec import TargetSpec
-from fp8advisor.recipes import sqnr_db
+from fp8advisor.recipes import Recipe, dims_supported, mx_unsupported_reason, sqnr_db
 from fp8advisor.verification.conversion import convert
 from fp8advisor.verification.report import Execution
 from fp8advisor.verification.shadow import SHADOW_MAX_DIM, shadow_models
@@ -44,6 +45,13 @@ RUN_BATCH = 1
 RUN_SEQ = 32
 
 
+def step_tokens(run_seq: int, seq: int, recipe: Recipe) -> int:
+    """The tokens the step runs: at most `run_seq` and the model's seq, a multiple of what the recipe's
+    grad_weight GEMM needs along them (16 for float8; 32, the MX scale block, for MXFP8), at least that."""
+    block = recipe.block_size
+    return max(block, min(run_seq, seq) // block * block)
+
+
 class ExecutionDevice(NamedTuple):
     """Where the step runs: a GPU with FP8 tensor cores, else the CPU with torchao's emulated float8."""
 
@@ -52,16 +60,23 @@ class ExecutionDevice(NamedTuple):
     emulate: bool
 
 
-def execution_device() -> ExecutionDevice:
-    """The GPU when it has FP8 tensor cores, else the CPU with torchao's emulated float8."""
+def execution_device(recipe: Recipe | None = None) -> ExecutionDevice:
+    """The GPU when it runs the recipe (FP8 tensor cores; for MXFP8, Blackwell's block-scaled GEMMs:
+    `recipes.mx_unsupported_reason`), else the CPU with torchao's emulated float8 (MXFP8: its EMULATED
+    kernels)."""
+    mx = recipe is not None and recipe.is_mx
+    low = "MXFP8" if mx else "float8"
     if torch.cuda.is_available():
         capability = torch.cuda.get_device_capability(0)
-        if capability >= MIN_FP8_CAPABILITY:
-            return ExecutionDevice(torch.device("cuda"), torch.cuda.get_device_name(0), False)
         name = torch.cuda.get_device_name(0)
-        words = f"cpu (torchao emulated float8; {name} has no FP8 tensor cores)"
+        if mx and mx_unsupported_reason(capability) is None:
+            return ExecutionDevice(torch.device("cuda"), name, False)
+        if not mx and capability >= MIN_FP8_CAPABILITY:
+            return ExecutionDevice(torch.device("cuda"), name, False)
+        lacks = "Blackwell's MXFP8 GEMMs" if mx else "FP8 tensor cores"
+        words = f"cpu (torchao emulated {low}; {name} has no {lacks})"
         return ExecutionDevice(torch.device("cpu"), words, True)
-    return ExecutionDevice(torch.device("cpu"), "cpu (torchao emulated float8)", True)
+    return ExecutionDevice(torch.device("cpu"), f"cpu (torchao emulated {low})", True)
 
 
 @contextlib.contextmanager
@@ -197,6 +212,7 @@ def run_step(plan: StepPlan) -> Step:
     (or when that fails) its shadow; one forward and backward of each (module docstring)."""
     parameter_count = sum(p.numel() for p in plan.shapes_model.parameters())
     notes: list[str] = []
+    plan = _runnable(plan, notes)
     ran = None
     if parameter_count <= plan.real_model_max_parameters:
         ran = _run_real_model(plan, notes)
@@ -223,6 +239,33 @@ def run_step(plan: StepPlan) -> Step:
     if trace.unattributed_float8_gemms:
         notes.append(f"{trace.unattributed_float8_gemms} float8 GEMM(s) ran outside any nn.Linear")
     return Step(bf16_model, float8_model, capture, trace, execution, tuple(notes))
+
+
+def _runnable(plan: StepPlan, notes: list[str]) -> StepPlan:
+    """The plan without the converted layers the recipe cannot run (K or N not a multiple of 32 for MXFP8:
+    torchao's MX casts raise on them), which then run in bf16 with a note saying why: `differences`
+    reports each as converted without low-precision GEMMs, instead of the step failing."""
+    recipe = plan.config.recipe
+    assert recipe is not None
+    unrunnable = {
+        layer.fqn
+        for layer in plan.linear_layers
+        if layer.fqn in plan.converted and not dims_supported(recipe, layer.K, layer.N)
+    }
+    if not unrunnable:
+        return plan
+    notes.append(
+        f"{', '.join(sorted(unrunnable))}: converted, but K or N is not a multiple of {recipe.block_size}, "
+        f"which {recipe.value} needs (torchao's casts raise on it): the step ran it in bf16"
+    )
+    rule = plan.config.filter_for
+
+    def without(model):
+        keep = rule(model)
+        return lambda module, fqn: fqn not in unrunnable and keep(module, fqn)
+
+    config = dataclasses.replace(plan.config, _rule_factory=without)
+    return dataclasses.replace(plan, config=config, converted=plan.converted - unrunnable)
 
 
 def _run_real_model(plan: StepPlan, notes: list[str]) -> tuple[nn.Module, nn.Module, tuple] | None:
@@ -317,4 +360,5 @@ __all__ = [
     "execution_device",
     "one_cpu_thread",
     "run_step",
+    "step_tokens",
 ]

@@ -26,14 +26,17 @@ from fp8advisor.frameworks.formats import (
 from fp8advisor.verification.report import Difference, DifferenceKind, ExpertCheck, LayerCheck
 
 
-def swapped_expert_modules(model: nn.Module) -> set[str]:
+def swapped_expert_modules(model: nn.Module, *, mx: bool = False) -> set[str]:
     """FQNs of the modules whose own parameters torchao's moe_training swapped to its float8 weight wrapper
-    (`Float8TrainingWeightWrapperTensor`: its `torch._grouped_mm` calls run float8 grouped GEMMs)."""
-    wrapper = compat.float8_training_weight_wrapper()
+    (`Float8TrainingWeightWrapperTensor`: its `torch._grouped_mm` calls run float8 grouped GEMMs), or with
+    `mx` to its MXFP8 one (`MXFP8TrainingWeightWrapperTensor`; nn.Linear layers, which the same MXFP8
+    `quantize_` swaps, are not counted: they are Linear layers, checked as such)."""
+    wrapper = compat.mx_weight_tensor_class() if mx else compat.float8_training_weight_wrapper()
     return {
         fqn
         for fqn, module in model.named_modules()
-        if any(isinstance(p, wrapper) for p in module.parameters(recurse=False))
+        if not (mx and isinstance(module, nn.Linear))
+        and any(isinstance(p, wrapper) for p in module.parameters(recurse=False))
     }
 
 
@@ -61,6 +64,13 @@ def convert_experts(model: nn.Module, config: FrameworkConfig, groups) -> set[st
         return set()
     if config.expert_filter is None:
         return {module for group in groups for module in expert_modules(group)}
+    if config.recipe is not None and config.recipe.is_mx:  # torchao's quantize_ with its MXFP8 config
+        from torchao.quantization import quantize_
+
+        from fp8advisor.recipes import mx_config
+
+        quantize_(model, mx_config(config.recipe, emulate=True), filter_fn=config.expert_filter)
+        return swapped_expert_modules(model, mx=True)
     compat.quantize_grouped_experts(model, config.expert_filter)
     return swapped_expert_modules(model)
 

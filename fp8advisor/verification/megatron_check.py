@@ -2,8 +2,9 @@
 which of Megatron's Transformer Engine linear modules the file puts in float8, against the advice.
 
 The advice is computed as `suggest` computed it (same model, batch, seq, profile, min speedup and parallel
-degrees, from the file's header or the command line; `settings.advice_for`), always for torchao's tensorwise
-recipe (Transformer Engine has no rowwise: `emit.megatron.check_recipe`), and mapped onto Megatron's GPTModel
+degrees, from the file's header or the command line; `settings.advice_for`), for torchao's tensorwise recipe,
+or mxfp8_rceil when the file's float8 config names TE's mxfp8 (`file_recipe`; Transformer Engine has no
+rowwise: `emit.megatron.check_recipe`), and mapped onto Megatron's GPTModel
 by `emit.megatron.plan` with the profile's own predictor, as `suggest` writes the file: its `float8_names`
 are the modules the file must put in float8, and every other module must stay bf16.
 
@@ -36,6 +37,8 @@ from fp8advisor.emit.megatron import (
     check_recipe,
     first_match_config,
     plan,
+    te_format,
+    te_recipe,
 )
 from fp8advisor.errors import ConfigError, quote
 from fp8advisor.frameworks.config_record import FrameworkConfig
@@ -85,7 +88,8 @@ def verify_megatron(
     requested = parse_recipe(str(request.recipe)) if request.recipe not in (None, AUTO) else None
     if requested is not None:
         check_recipe(requested)  # before the model is built
-    config = _config(path, enabled=True)
+    recipe = requested or file_recipe(document)
+    config = _config(path, enabled=True, recipe=recipe)
     meta = load_model(request.target, "meta")
     model_layers = inspect_loaded(meta, batch=request.batch, seq=request.traced_seq)
     advice = advice_for(model_layers, config, requested, request, predictor)
@@ -96,11 +100,11 @@ def verify_megatron(
         f"{native.framework}'s matcher" if isinstance(native, NativeConversion) else "the simulated matcher"
     )
     module_differences = _module_differences(megatron_plan, float8, source)
-    differences = [*_config_differences(path, document), *module_differences]
+    differences = [*_config_differences(path, document, recipe), *module_differences]
     return VerifyReport(
         target=request.target,
-        config=_config(path, enabled=bool(float8)),
-        recipe=Recipe.TENSORWISE,
+        config=_config(path, enabled=bool(float8), recipe=recipe),
+        recipe=recipe,
         profile=advice.profile_name,
         batch=request.batch,
         seq=request.seq,
@@ -118,13 +122,26 @@ def verify_megatron(
     )
 
 
-def _config(path: Path, *, enabled: bool) -> FrameworkConfig:
-    """The file as a FrameworkConfig: Transformer Engine's tensorwise recipe, Megatron's matcher rule."""
+def file_recipe(document: Any) -> Recipe:
+    """The torchao recipe the file's float8 configs stand for (`emit.megatron.TE_RECIPES`): mxfp8_rceil when
+    one names Transformer Engine's mxfp8, else tensorwise (what any other file is checked against)."""
+    configs = document.get("configs") if isinstance(document, dict) else None
+    for value in (configs or {}).values() if isinstance(configs, dict) else ():
+        training = value.get("training_recipe") if isinstance(value, dict) else None
+        if isinstance(training, dict) and training.get("fp8_quantization_recipe") == te_recipe(
+            Recipe.MXFP8_RCEIL
+        ):
+            return Recipe.MXFP8_RCEIL
+    return Recipe.TENSORWISE
+
+
+def _config(path: Path, *, enabled: bool, recipe: Recipe = Recipe.TENSORWISE) -> FrameworkConfig:
+    """The file as a FrameworkConfig: the Transformer Engine recipe it stands for, Megatron's matcher rule."""
     return FrameworkConfig(
         ConfigFormat.MEGATRON,
         path,
         enabled,
-        Recipe.TENSORWISE,
+        recipe,
         None,
         "Megatron-Core's first enabled glob matcher (fnmatch) on each Transformer Engine module's name; "
         "float8 where its config has an fp8 recipe",
@@ -211,9 +228,11 @@ def _rejected(path: Path, why: str) -> ConfigError:
     )
 
 
-def _config_differences(path: Path, document: Any) -> list[Difference]:
+def _config_differences(path: Path, document: Any, advised: Recipe = Recipe.TENSORWISE) -> list[Difference]:
     """The float8 configs an enabled matcher names, where they train otherwise than the advice's recipe:
-    another Transformer Engine recipe (or fp4), or an fp8_format other than hybrid."""
+    another Transformer Engine recipe (or fp4), or another fp8_format than the recipe's (`TE_RECIPES`:
+    hybrid for tensorwise, e4m3 for mxfp8)."""
+    wanted, wanted_format = te_recipe(advised), te_format(advised)
     configs = document.get("configs") if isinstance(document.get("configs"), dict) else {}
     matchers = document.get("matchers") if isinstance(document.get("matchers"), dict) else {}
     named = dict.fromkeys(
@@ -227,22 +246,27 @@ def _config_differences(path: Path, document: Any) -> list[Difference]:
         if not isinstance(training, dict):
             continue
         recipe, fp4 = training.get("fp8_quantization_recipe"), training.get("fp4_quantization_recipe")
-        if fp4 is not None or (recipe is not None and recipe != Recipe.TENSORWISE.value):
+        if fp4 is not None or (recipe is not None and recipe != wanted):
             differences.append(
                 Difference(
                     DifferenceKind.RECIPE,
                     f"{path} (configs.{key})",
                     f"Transformer Engine recipe {quote(recipe if fp4 is None else f'fp4 {fp4}')}; the advice "
-                    "is for tensorwise (torchao's tensorwise figures)",
+                    f"is for {wanted} (torchao's {advised.value} figures)",
                 )
             )
-        elif recipe is not None and training.get("fp8_format", "e4m3") != HYBRID:  # TE's default: e4m3
+        elif recipe is not None and training.get("fp8_format", "e4m3") != wanted_format:  # TE's default: e4m3
+            why = (
+                "gradients in e4m3; the advice's tensorwise figures cast gradients to e5m2 "
+                "(fp8_format: hybrid)"
+                if wanted_format == HYBRID
+                else "torchao's MXFP8 casts every operand, gradients included, to e4m3 (fp8_format: e4m3)"
+            )
             differences.append(
                 Difference(
                     DifferenceKind.SETTING,
                     f"{path} (configs.{key})",
-                    f"fp8_format {quote(training.get('fp8_format', 'e4m3'))}: gradients in e4m3; the "
-                    "advice's tensorwise figures cast gradients to e5m2 (fp8_format: hybrid)",
+                    f"fp8_format {quote(training.get('fp8_format', 'e4m3'))}; {why}",
                 )
             )
     return differences

@@ -25,10 +25,11 @@ Rules: the user's file is never run. Its filters are the ones its reader evaluat
 alone under `--trust-config` (`FrameworkConfig.filter_for`, `expert_filter`); the torchao config it passes is
 rebuilt here with torchao's own classes from the expression's literals (`Float8LinearConfig.from_recipe_name`,
 `Float8LinearConfig(...)`, `dataclasses.replace(...)`); anything else is a ConfigError. Only GPU-capability
-checks are lifted (`compat.nemo_fp8_on_cpu`: NeMo's SM89 check; `compat.accelerate_state_isolated`:
-accelerate's, which turns fp8 into fp16 below SM89; torchao checks none when converting). A framework
-that is not installed, or lacks a name used here, gives `NotRun`; a framework that raises on the file's
-values gives a ConfigError naming the framework and its message (exit 2): the file would not train.
+checks are lifted (`lifted_checks.nemo_fp8_on_cpu`: NeMo's SM89 check;
+`lifted_checks.accelerate_state_isolated`: accelerate's, which turns fp8 into fp16 below SM89; torchao checks
+none when converting). A framework that is not installed, or lacks a name used here, gives `NotRun`; a
+framework that raises on the file's values gives a ConfigError naming the framework and its message (exit 2):
+the file would not train.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from fp8advisor.frameworks.python_file import (
     resolve_name,
 )
 from fp8advisor.frameworks.reader import read_config_text
+from fp8advisor.verification import lifted_checks
 from fp8advisor.verification.conversion import converted_fqns
 from fp8advisor.verification.experts import swapped_expert_modules
 from fp8advisor.verification.native import NativeConversion, NotRun, installed_version
@@ -189,7 +191,7 @@ def _nemo(config: FrameworkConfig, model: nn.Module, framework: str) -> NativeCo
         logger = logging.getLogger(NEMO_FP8_LOGGER)
         logger.addHandler(collected)
         try:
-            with compat.nemo_fp8_on_cpu():  # lifted: its SM89 check; nothing else
+            with lifted_checks.nemo_fp8_on_cpu():  # lifted: its SM89 check; nothing else
                 model = apply_fp8_to_model(model, config=fp8_config)
         finally:
             logger.removeHandler(collected)
@@ -316,7 +318,7 @@ def _accelerate(config: FrameworkConfig, model: nn.Module, framework: str) -> Na
         )
         with rejected_by(framework, config):
             handlers.append(AORecipeKwargs(config=linear_config, module_filter_func=module_filter, **kwargs))
-    with rejected_by(framework, config), compat.accelerate_state_isolated():
+    with rejected_by(framework, config), lifted_checks.accelerate_state_isolated():
         accelerator = Accelerator(mixed_precision=mixed_precision, kwargs_handlers=handlers or None)
         handler = accelerator.ao_recipe_handler if accelerator.fp8_backend.value == "AO" else None
         if handler is None:
@@ -341,6 +343,8 @@ def _torchao(config: FrameworkConfig, model: nn.Module, framework: str) -> Nativ
     text = read_config_text(config.path)
     tree = parse_python(config.path, text)
     scope = ModuleScope(tree, config.path)
+    if config.recipe is not None and config.recipe.is_mx:
+        return _torchao_mx(config, model, framework, tree)
     steps: list[tuple[int, Callable[[], None]]] = []
     for call in calls_named(tree, "convert_to_float8_training")[:1]:  # the reader allows one
         with rejected_by(TORCHAO, config):
@@ -371,6 +375,32 @@ def _torchao(config: FrameworkConfig, model: nn.Module, framework: str) -> Nativ
     experts = frozenset(swapped_expert_modules(model)) if config.converts_experts is not None else None
     notes = () if steps else ("no convert_to_float8_training or quantize_: torchao converts nothing",)
     return NativeConversion(framework, frozenset(converted_fqns(model)), experts, notes)
+
+
+def _torchao_mx(config: FrameworkConfig, model: nn.Module, framework: str, tree) -> NativeConversion:
+    """The file's one `quantize_(model, MXFP8TrainingOpConfig.from_recipe(...), filter_fn=...)`, run by
+    torchao with torchao's own config for the file's recipe and the file's filter (on nn.Linear and expert
+    modules alike, as torchao's handler takes it: conversion_utils.py:107-108)."""
+    from torchao.quantization.quant_api import quantize_
+
+    config_class, recipe_class, _kernels = compat.mx_training_api()
+    linear, experts = config.filter_for(model), config.expert_filter
+
+    def filter_fn(module: nn.Module, fqn: str) -> bool:
+        return linear(module, fqn) or bool(experts is not None and experts(module, fqn))
+
+    with rejected_by(framework, config):
+        op_config = config_class.from_recipe(recipe_class(config.recipe.value))
+        quantize_(model, config=op_config, filter_fn=filter_fn)
+    wrapper = compat.mx_weight_tensor_class()
+    swapped = {
+        fqn
+        for fqn, module in model.named_modules()
+        if not isinstance(module, nn.Linear)
+        and any(isinstance(p, wrapper) for p in module.parameters(recurse=False))
+    }
+    experts_found = frozenset(swapped) if config.converts_experts is not None else None
+    return NativeConversion(framework, frozenset(converted_fqns(model)), experts_found, ())
 
 
 __all__ = [

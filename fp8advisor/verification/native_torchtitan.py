@@ -1,6 +1,7 @@
 """torchtitan's own conversion of a torchtitan config file (`native.native_conversion` for torchtitan-toml and
 torchtitan-py), run with torchtitan's code on the CPU. Only its GPU-capability checks are lifted
-(`compat.torchtitan_fp8_on_cpu`); nothing else of torchtitan is replaced, and no code of the user's file runs.
+(`lifted_checks.torchtitan_fp8_on_cpu`); nothing else of torchtitan is replaced, and no code of the user's
+file runs.
 
 - torchtitan-py (a torchtitan 0.3 recipe function; needs torchtitan 0.3.x installed): the keyword literals of
   the file's `Float8LinearConverter.Config(...)` and `Float8GroupedExpertsConverter.Config(...)` calls (read
@@ -53,9 +54,14 @@ from fp8advisor.frameworks.config_record import FrameworkConfig
 from fp8advisor.frameworks.formats import ConfigFormat
 from fp8advisor.frameworks.python_file import calls_named, parse_python, required_literal
 from fp8advisor.frameworks.reader import read_config_text
-from fp8advisor.frameworks.torchtitan_reader import GROUPED_EXPERTS_CONVERTER
+from fp8advisor.frameworks.torchtitan_reader import (
+    GROUPED_EXPERTS_CONVERTER,
+    MX_GROUPED_EXPERTS_CONVERTER,
+    MX_LINEAR_CONVERTER,
+)
 from fp8advisor.inspect import titan
 from fp8advisor.reading import parse_toml
+from fp8advisor.verification import lifted_checks
 from fp8advisor.verification.conversion import converted_fqns
 from fp8advisor.verification.native import NativeConversion, NotRun, installed_version
 
@@ -117,15 +123,33 @@ def _py_conversion(config: FrameworkConfig, target: str, meta_model: nn.Module) 
     except Exception as error:  # noqa: BLE001 - a torchtitan that does not import: its check cannot run
         return NotRun(f"torchtitan {PY_VERSION}.x", f"importing torchtitan failed: {describe_error(error)}")
     tree = parse_python(config.path, read_config_text(config.path))
-    linear_keywords, experts_keywords = _converter_keywords(tree, config.path)
+    mx = config.recipe is not None and config.recipe.is_mx
+    names = (
+        (MX_LINEAR_CONVERTER, MX_GROUPED_EXPERTS_CONVERTER)
+        if mx
+        else (LINEAR_CONVERTER, GROUPED_EXPERTS_CONVERTER)
+    )
+    linear_keywords, experts_keywords = _converter_keywords(tree, config.path, names)
     name = titan.parse_registry_name(target) if titan.is_registry_target(target) else None
+    if mx and name is None:
+        return NotRun(
+            framework,
+            f"{target} is not a torchtitan registry model: torchtitan 0.3's MXFP8LinearConverter converts "
+            "the Linear.Config entries of its own models only (mx.py:82) and has no filter function to apply "
+            "to another model's layers; its fqns rule was simulated",
+        )
     notes: list[str] = []
-    with _framework_run(framework, config.path, notes):
+    linear_class, experts_class = (
+        (quantization.MXFP8LinearConverter, quantization.MXFP8GroupedExpertsConverter)
+        if mx
+        else (quantization.Float8LinearConverter, quantization.Float8GroupedExpertsConverter)
+    )
+    with _framework_run(framework, config.path, notes, mx=mx):
         converters = []
         if linear_keywords is not None:
-            converters.append(quantization.Float8LinearConverter.Config(**linear_keywords))
+            converters.append(linear_class.Config(**linear_keywords))
         if experts_keywords is not None:
-            converters.append(quantization.Float8GroupedExpertsConverter.Config(**experts_keywords))
+            converters.append(experts_class.Config(**experts_keywords))
         if name is not None:
             model = _registry_model(name, converters)
         else:
@@ -174,12 +198,15 @@ def _other_model(tree: ast.Module, name: titan.RegistryName) -> str:
     return f"the file builds torchtitan's {' and '.join(wrong)}, not {name}, which verify built and checked"
 
 
-def _converter_keywords(tree: ast.Module, path: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """The keyword literals of the file's Float8LinearConverter.Config and
-    Float8GroupedExpertsConverter.Config calls (None for a call the file does not make) in its syntax tree,
-    never run. The reader has checked them (one call each, literal keywords only)."""
+def _converter_keywords(
+    tree: ast.Module, path: Path, names: tuple[str, str]
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The keyword literals of the file's Linear and grouped-experts converter config calls `names`
+    (Float8LinearConverter.Config and Float8GroupedExpertsConverter.Config, or the MXFP8 ones; None for a call
+    the file does not make) in its syntax tree, never run. The reader has checked them (one call each, literal
+    keywords only)."""
     found = []
-    for name in (LINEAR_CONVERTER, GROUPED_EXPERTS_CONVERTER):
+    for name in names:
         calls = calls_named(tree, name)
         found.append(
             {kw.arg: required_literal(kw.value, path, f"{name}({kw.arg}=...)") for kw in calls[0].keywords}
@@ -258,24 +285,30 @@ def _toml_conversion(config: FrameworkConfig, meta_model: nn.Module) -> NativeCo
 
 def _swapped_modules(model: nn.Module) -> set[str]:
     """Modules whose own parameters torchao swapped to one of its tensor subclasses (moe_training's float8
-    weight wrapper: `Float8TrainingWeightWrapperTensor` in torchao 0.18, `ScaledGroupedMMTensor` before)."""
+    weight wrapper: `Float8TrainingWeightWrapperTensor` in torchao 0.18, `ScaledGroupedMMTensor` before), and
+    the grouped-experts modules torchtitan 0.3's MX converter built (`MXFP8<GroupedExperts class>`,
+    mx.py:143-144), which keep plain parameters."""
     return {
         fqn
         for fqn, module in model.named_modules()
         if any(type(p).__module__.startswith("torchao.") for p in module.parameters(recurse=False))
+        or (not isinstance(module, nn.Linear) and type(module).__name__.startswith("MXFP8"))
     }
 
 
 @contextlib.contextmanager
-def _framework_run(framework: str, path: Path, notes: list[str]) -> Iterator[None]:
-    """torchtitan's code running on the file: its GPU-capability checks lifted, its warnings (it logs on the
-    root logger) collected into `notes` (`_WarningCollector`), and an exception it raises turned into one
-    ConfigError."""
+def _framework_run(framework: str, path: Path, notes: list[str], *, mx: bool = False) -> Iterator[None]:
+    """torchtitan's code running on the file: its GPU-capability checks lifted (float8's SM89; with `mx` the
+    MX converters' SM100, `lifted_checks.torchtitan_mx_on_cpu`), its warnings (it logs on the root logger)
+    collected into `notes` (`_WarningCollector`), and an exception it raises turned into one ConfigError."""
     collector = _WarningCollector()
     root = logging.getLogger()
     root.addHandler(collector)
     try:
-        with compat.torchtitan_fp8_on_cpu():
+        with (
+            lifted_checks.torchtitan_fp8_on_cpu(),
+            lifted_checks.torchtitan_mx_on_cpu() if mx else contextlib.nullcontext(),
+        ):
             yield
     except ConfigError:
         raise

@@ -1,9 +1,10 @@
 """The shadow of a model too large to build here (an 8B or 70B shape), which `verify`'s step runs instead.
 
 A module tree with the same FQNs in which each nn.Linear is a real Linear with K and N capped at
-`SHADOW_MAX_DIM` (plus K % 16 and N % 16, so divisibility is kept), called as many times as the traced forward
-called the real one (layers the forward never calls are not called). Which layers convert is still decided by
-the framework's filter on the real-shaped meta model, so the conversion check stays exact. What a shadow
+`SHADOW_MAX_DIM` (plus K % 32 and N % 32, so divisibility by 16 and 32 is kept), called as many times as the
+traced forward called the real one (layers the forward never calls are not called). Which layers convert is
+still decided by the framework's filter on the real-shaped meta model, so the conversion check stays exact.
+What a shadow
 cannot show: the user's forward itself (a layer bypassed at run time but not when traced on the meta device)
 and the model's own activations (its numerics use random inputs). The report says which was used.
 """
@@ -24,12 +25,13 @@ from fp8advisor.verification.conversion import convert
 if TYPE_CHECKING:
     from fp8advisor.verification.execution import ExecutionDevice
 
-#: The shadow of a large model caps K and N at this (plus K % 16, N % 16, so divisibility is kept).
+#: The shadow of a large model caps K and N at this (plus K % 32, N % 32, so divisibility is kept).
 SHADOW_MAX_DIM = 128
 
 
 def _reduced(dim: int) -> int:
-    return dim if dim <= SHADOW_MAX_DIM else SHADOW_MAX_DIM + dim % 16
+    """`dim` capped at `SHADOW_MAX_DIM`, keeping its remainder by 32 (MXFP8's scale block; 16's with it)."""
+    return dim if dim <= SHADOW_MAX_DIM else SHADOW_MAX_DIM + dim % 32
 
 
 class _Shadow(nn.Module):

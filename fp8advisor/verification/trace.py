@@ -4,8 +4,9 @@ A TorchDispatchMode records every GEMM (`aten.mm`, `addmm`, `bmm`, `_scaled_mm`,
 float8 dtype, attributed to the nn.Linear that ran it: in forward by forward pre/post hooks, in backward by
 the autograd node being executed (`torch._C._current_autograd_node()`), mapped to its Linear through the graph
 that Linear's forward built. A GEMM is float8 when its operands are torchao `Float8TrainingTensor`s (their
-`aten.mm` becomes `torch._scaled_mm` on a GPU, or the emulated matmul of float8 values on the CPU) or float8
-tensors given to `_scaled_mm` directly. Every converted layer must run float8 GEMMs forward and backward;
+`aten.mm` becomes `torch._scaled_mm` on a GPU, or the emulated matmul of float8 values on the CPU), torchao's
+`MXTensor`s (MXFP8: the block-scaled GEMM, dequantized when emulated) or float8 tensors given to `_scaled_mm`
+directly. Every converted layer must run float8 GEMMs forward and backward;
 every other layer none (`fp8advisor.verification.differences`).
 """
 
@@ -50,7 +51,9 @@ def _is_float8_dtype(dtype: torch.dtype | None) -> bool:
 
 
 def _is_float8_operand(value: Any) -> bool:
-    return isinstance(value, compat.float8_training_tensor()) or (
+    """A low-precision GEMM operand: torchao's Float8TrainingTensor, its MXTensor (MXFP8: e4m3 elements and
+    E8M0 block scales, which `aten.mm` receives from an MXFP8 layer), or a float8 tensor."""
+    return isinstance(value, (compat.float8_training_tensor(), compat.mx_tensor_class())) or (
         isinstance(value, torch.Tensor) and _is_float8_dtype(value.dtype)
     )
 

@@ -52,6 +52,7 @@ from fp8advisor.verification.execution import (
     execution_device,
     one_cpu_thread,
     run_step,
+    step_tokens,
 )
 from fp8advisor.verification.experts import check_experts, mark_expert_wrapped
 from fp8advisor.verification.megatron_check import verify_megatron
@@ -99,7 +100,7 @@ def verify(
 
     # 2. Which layers the framework converts: torchao's own swap on the real-shaped meta model.
     shapes_model = copy.deepcopy(meta.model)  # meta tensors: no memory; kept unconverted for the shadow
-    device = execution_device()
+    device = execution_device(run_recipe)
     converted = convert(meta.model, config, run_recipe, emulate=device.emulate)
     expert_checks, expert_differences, expert_notes = check_experts(advice, config, meta.model)
     differences.extend(expert_differences)
@@ -110,7 +111,7 @@ def verify(
     differences.extend(framework_differences)
 
     # 3. Run one traced step: the model itself when small enough, else its shadow.
-    run_tokens = max(16, min(run_seq, request.seq) // 16 * 16)
+    run_tokens = step_tokens(run_seq, request.seq, run_recipe)
     plan = StepPlan(
         meta.spec,  # parsed once: a Hub id is not looked up again
         config,
