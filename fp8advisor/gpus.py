@@ -101,7 +101,8 @@ GPU_SPECS: dict[str, GpuSpecs] = {
         8.0e12,
         0.78,
         0.92,
-        note=f"torchao {_TORCHAO} 'NVIDIA GB200' (fractions from H100)",
+        note=f"torchao {_TORCHAO} 'NVIDIA GB200' (fractions from H100; NVIDIA's GB200 NVL72 datasheet gives "
+        "2.5 / 5 PFLOP/s dense bf16 / FP8 per GPU, torchao's B200 rates kept)",
     ),
     "MI300X": GpuSpecs(
         "MI300X",
@@ -133,6 +134,16 @@ def recipes_for_family(family: str | None) -> tuple:
     if family == "MI300X":
         return FLOAT8_RECIPES
     return recipes_for_compute_capability(FAMILY_COMPUTE_CAPABILITY.get(family or ""))
+
+
+def sibling_family(family: str | None, available) -> str | None:
+    """A family in `available` of the same GPU architecture as `family` (the same compute capability major:
+    GB200 and B300 are Blackwell like B200, H200 is Hopper like H100), when `family` itself is not in it;
+    None otherwise. What a GPU without its own profile or calibration borrows."""
+    major = FAMILY_COMPUTE_CAPABILITY.get(family or "", (None,))[0]
+    if family is None or family in available or major is None:
+        return None
+    return next((f for f in sorted(available) if FAMILY_COMPUTE_CAPABILITY.get(f, (None,))[0] == major), None)
 
 
 # CUDA device-name prefixes per family, most specific first ("NVIDIA GB200" must not read as B200).
@@ -179,4 +190,6 @@ __all__ = [
     "GpuSpecs",
     "get_specs",
     "gpu_family",
+    "recipes_for_family",
+    "sibling_family",
 ]

@@ -55,6 +55,11 @@ MXFP8_ALIAS = "mxfp8"
 #: Elements per E8M0 scale in MXFP8 (OCP MX spec 1.0; torchao's block_size=32).
 MX_BLOCK_SIZE = 32
 
+#: What K, N and each expert's token group must be multiples of for torchao 0.18's MXFP8 grouped GEMM on a
+#: GPU: its CuTeDSL 1x32 cast (`mxfp8_quantize_2d_1x32_cutedsl`) asserts K % 128 and M % 128 and asks for
+#: groups of 128 rows; torchtitan 0.3's `pad_multiple` docstring says the same (its quantization/mx.py).
+MX_GROUPED_ALIGNMENT = 128
+
 #: Names of FP4 recipes (torchao's NVFP4 / MXFP4), refused with their own message: not advised.
 FP4_PREFIXES = ("nvfp4", "mxfp4")
 
@@ -83,7 +88,7 @@ def mx_unsupported_reason(capability: tuple[int, int] | None) -> str | None:
     if capability is None or capability[0] == 10:
         return None
     return (
-        f"MXFP8 needs Blackwell's block-scaled GEMMs (compute capability 10.x); this GPU is "
+        f"MXFP8 needs Blackwell's block-scaled GEMMs (compute capability 10.x), not "
         f"{capability[0]}.{capability[1]}"
     )
 
@@ -106,10 +111,12 @@ def dims_divisible_by_16(K: int, N: int) -> bool:
     return K % 16 == 0 and N % 16 == 0
 
 
-def dims_supported(recipe: Recipe | str, K: int, N: int) -> bool:
+def dims_supported(recipe: Recipe | str, K: int, N: int, *, grouped: bool = False) -> bool:
     """K and N fit the recipe's GEMMs: multiples of 16 for float8, of 32 (the scale block) for MXFP8, whose
-    casts scale 1x32 blocks along K (forward), N (grad_input) and the tokens (grad_weight)."""
-    size = parse_recipe(recipe).block_size
+    casts scale 1x32 blocks along K (forward), N (grad_input) and the tokens (grad_weight); `grouped`: of 128
+    for MXFP8 grouped experts (`MX_GROUPED_ALIGNMENT`)."""
+    recipe = parse_recipe(recipe)
+    size = MX_GROUPED_ALIGNMENT if grouped and recipe.is_mx else recipe.block_size
     return K % size == 0 and N % size == 0
 
 

@@ -15,6 +15,7 @@ from _verify_helpers import advise_with_predictor  # noqa: E402
 from fp8advisor.emit.config_file import format_warnings, render  # noqa: E402
 from fp8advisor.frameworks import reader as configs
 from fp8advisor.inspect.layers import inspect_model  # noqa: E402
+from fp8advisor.recipes import Recipe  # noqa: E402
 from fp8advisor.request import SuggestRequest  # noqa: E402
 from fp8advisor.verification import experts as verify_experts  # noqa: E402
 from fp8advisor.verification.report import LayerCheck  # noqa: E402
@@ -158,13 +159,18 @@ def test_verify_summary_says_the_experts_were_checked_on_the_meta_model():
 
     assert verify_experts.experts_summary(SimpleNamespace(experts=())) == ""
     assert verify_experts.experts_summary(SimpleNamespace(experts=(check(None),))) == ""
-    said = verify_experts.experts_summary(SimpleNamespace(experts=(check(True), check(False))))
+    rowwise = Recipe.ROWWISE
+    said = verify_experts.experts_summary(
+        SimpleNamespace(experts=(check(True), check(False)), recipe=rowwise)
+    )
     assert said == (
         "; the 2 expert group(s): converted as advised, checked on the meta model (not run: torchao's float8 "
         "grouped GEMM needs a CUDA GPU)"
     )
+    mx = SimpleNamespace(experts=(check(True),), recipe=Recipe.MXFP8_RCEIL)
+    assert verify_experts.experts_summary(mx).endswith("(not run: the step runs them in bf16)")
     assert "see the differences" in verify_experts.experts_summary(
-        SimpleNamespace(experts=(check(True, ("x",)),))
+        SimpleNamespace(experts=(check(True, ("x",)),), recipe=rowwise)
     )
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -187,7 +188,11 @@ def test_goal_torchtitan_converts_exactly_the_advised_set(tmp_path, monkeypatch,
     # fp8advisor reads it back, and runs torchtitan's converters on it (lifting the SM100 check itself)
     result = runner.invoke(app, ["verify", LLAMA3_8B, "--config", str(path)])
     assert result.exit_code == 0, result.output
-    assert "torchtitan 0.3.0's own conversion ran" in " ".join(result.output.split())
+    out = " ".join(result.output.split())
+    assert "torchtitan 0.3.0's own conversion ran" in out
+    # an inclusion list: never worded as float8's filter_fqns, which keeps what it names in bf16
+    assert "keeps in bf16" not in out and "filter_fqns (" not in out
+    assert re.search(r"fqns \(\d+ entr(y|ies)\) converts to MXFP8 every nn.Linear whose FQN contains", out)
     linear, grouped = torchtitan_mx_linears(path, monkeypatch)  # torchtitan's own recipe function
     assert linear == advised and not grouped
     if options:  # a strict subset: the list names it exactly, never an empty list
@@ -208,7 +213,19 @@ def test_suggest_shows_the_inclusion_list_the_mx_file_holds_and_checks_it(tmp_pa
     assert json.dumps(list(entries)) in out and "filter_fqns (torchtitan, NeMo AutoModel)" not in out
     assert f"converts exactly the {len(advice['convert_fqns'])} advised layers" in out
     check = path.read_text().split("# check in CI: fp8advisor ")[1].split(" --check")[0].split()
-    assert runner.invoke(app, [*check, "--check", str(path)]).exit_code == 0  # --check regenerates it
+    checked = runner.invoke(app, [*check, "--check", str(path)])  # --check regenerates it
+    assert checked.exit_code == 0, checked.output
+    # the inclusion list's own simulation, not the float8 exclusion list's
+    words = " ".join(checked.output.split())
+    assert (
+        f"(torchtitan-py, fqns simulated: converts exactly the {len(advice['convert_fqns'])} advised" in words
+    )
+    assert "substring rule" not in words
+    # --current reads it as torchtitan's MX converter, not as torchao's float8 conversion
+    no_format = [word for word in check if word not in ("--format", "torchtitan-py")]
+    current = runner.invoke(app, [*no_format, "--current", str(path)])
+    assert current.exit_code == 0, current.output
+    assert "read as: torchtitan 0.3's MXFP8LinearConverter" in " ".join(current.stdout.split())
 
 
 def test_a_moe_file_converts_every_expert_group_with_mx_padding(tmp_path, monkeypatch):
@@ -217,10 +234,15 @@ def test_a_moe_file_converts_every_expert_group_with_mx_padding(tmp_path, monkey
     path, advice = suggest(tmp_path, target, "torchtitan-py", "--recipe", "mxfp8", "--min-speedup", "0.5")
     assert all(group["convert"] for group in advice["experts"])
     text = path.read_text()
-    assert 'recipe_name="mxfp8_rceil",\n                pad_multiple=32,' in text
+    assert 'recipe_name="mxfp8_rceil",\n                pad_multiple=128,' in text
     linear, grouped = torchtitan_mx_linears(path, monkeypatch)
     assert linear == set(advice["convert_fqns"])
     assert len(grouped) == 26 and "layers.1.moe.routed_experts.inner_experts" in grouped
+    # verify reads the same file back: every group converted, nothing differs
+    result = runner.invoke(app, ["verify", target, "--config", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    experts = json.loads(result.stdout)["experts"]
+    assert len(experts) == 26 and all(group["converted"] and group["advised"] for group in experts)
 
 
 # ----------------------------------------------------------------- a model with K or N not a multiple of 32
@@ -275,6 +297,22 @@ def test_torchao_mx_file_runs_torchaos_own_mx_where_advised(mx_target, tmp_path,
     assert all(25 < c.sqnr_output_db < 40 and 25 < c.sqnr_grad_input_db < 40 for c in converted.values())
 
 
+def test_torchao_mx_file_for_a_moe_model_pads_its_expert_groups_and_verifies(tmp_path):
+    """A torchao MX file for data/models/moe.py: the quantize_ filter names the grouped experts, whose token
+    groups torchao pads to the MX block (from_recipe leaves the padding off), and verify passes."""
+    target = str(Path(__file__).parents[1] / "data" / "models" / "moe.py")
+    path, advice = suggest(tmp_path, target, "torchao", "--batch", "4", "--recipe", "mxfp8")
+    assert [group["convert"] for group in advice["experts"]] == [True, True]
+    text = path.read_text()
+    assert "return fqn in MXFP8_LAYERS or fqn in MXFP8_EXPERTS" in text
+    assert '"layers.0.moe.experts",\n' in text.split("MXFP8_EXPERTS = ")[1]
+    assert "    pad_token_groups_for_grouped_mm=True,\n" in text
+    result = runner.invoke(app, ["verify", target, "--config", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["passed"] and [group["converted"] for group in report["experts"]] == [True, True]
+
+
 def test_the_converted_layer_computes_torchaos_emulated_mx_reference(mx_target, tmp_path):
     """verify's conversion is torchao's own: the layer's weight is its MXFP8 training tensor with the
     recipe's settings, and its output is `_to_mxfp8_then_scaled_mm` with EMULATED kernels, bit for bit."""
@@ -324,6 +362,39 @@ def test_megatron_mx_file_is_read_by_megatrons_own_matcher(tmp_path):
     assert result.exit_code == 1
     (difference,) = json.loads(result.stdout)["differences"]
     assert difference["kind"] == "setting differs" and "e4m3" in difference["detail"]
+    # TE's tensorwise where the header says mxfp8: the recipe differs
+    path.write_text(text.replace("fp8_quantization_recipe: mxfp8", "fp8_quantization_recipe: tensorwise"))
+    result = runner.invoke(app, ["verify", LLAMA3_8B, "--config", str(path), "--json"])
+    assert result.exit_code == 1
+    (difference,) = json.loads(result.stdout)["differences"]
+    assert difference["kind"] == "recipe differs" and "'tensorwise'" in difference["detail"]
+
+
+def test_the_megatron_mx_file_says_mxfp8_and_current_prices_it_as_mxfp8(tmp_path):
+    path, advice = suggest(tmp_path, LLAMA3_8B, "megatron", "--recipe", "mxfp8", "--min-speedup", "1.6")
+    header = " ".join(line.lstrip("# ") for line in path.read_text().splitlines() if line.startswith("#"))
+    assert "64 of the 128 Transformer Engine linear modules in MXFP8:" in header
+    assert "the advice converts lm_head to MXFP8: that is lost" in header and "in float8" not in header
+    result = runner.invoke(
+        app,
+        ["suggest", LLAMA3_8B, "--gpu", "B200", "--recipe", "mxfp8", "--min-speedup", "1.6"]
+        + ["--current", str(path), "--json"],
+    )
+    assert result.exit_code == 0, result.output
+    current = json.loads(result.stdout)["current"]
+    assert (
+        current["recipe"] == "mxfp8_rceil"
+        and current["recipe_from"] == "the file (Transformer Engine's mxfp8)"
+    )
+    assert not any("tensorwise" in note for note in current["notes"])
+    shown = runner.invoke(
+        app,
+        ["suggest", LLAMA3_8B, "--gpu", "B200", "--recipe", "mxfp8", "--min-speedup", "1.6"]
+        + ["--current", str(path)],
+    )
+    out = " ".join(shown.stdout.split())
+    assert "(mxfp8_rceil, from the file (Transformer Engine's mxfp8))" in out
+    assert "Transformer Engine's tensorwise" not in out and "tensorwise figures" not in out
 
 
 # ---------------------------------------------------------------------------------------------- refusals
@@ -349,6 +420,25 @@ def test_a_format_that_cannot_write_mx_refuses_with_one_message(mx_target, fmt, 
         assert "torchtitan-py (torchtitan 0.3), torchao or megatron" in output
 
 
+def test_mx_refusals_name_what_can_write_mx(mx_target):
+    """torchao for a torchtitan model, in MX words; megatron for a model it cannot name, without accelerate
+    (which has no MXFP8 recipe)."""
+    result = runner.invoke(
+        app, ["suggest", LLAMA3_8B, "--gpu", "B200", "--recipe", "mxfp8", "--format", "torchao"]
+    )
+    assert result.exit_code == 2, result.output
+    output = " ".join(result.output.split())
+    assert "cannot convert torchtitan:llama3/8B to MXFP8" in output and "quantize_" in output
+    assert "MXFP8LinearConverter" in output and "Float8" not in output
+    result = runner.invoke(
+        app, ["suggest", mx_target, "--gpu", "B200", "--recipe", "mxfp8", "--format", "megatron"]
+    )
+    assert result.exit_code == 2, result.output
+    output = " ".join(result.output.split())
+    assert "--format megatron cannot name" in output and "use --format torchao for this model" in output
+    assert "accelerate" not in output
+
+
 def test_torchtitan_py_files_mixing_float8_and_mx_or_another_mx_recipe_are_refused(tmp_path):
     head = "from torchtitan.components.quantization import {}\n\n\ndef recipe():\n    return [\n"
     mixed = tmp_path / "mixed.py"
@@ -364,5 +454,5 @@ def test_torchtitan_py_files_mixing_float8_and_mx_or_another_mx_recipe_are_refus
         head.format("MXFP8GroupedExpertsConverter")
         + '        MXFP8GroupedExpertsConverter.Config(recipe_name="mxfp8_rceil", pad_multiple=16),\n    ]\n'
     )
-    with pytest.raises(ConfigError, match="multiple of the MX scale block"):
+    with pytest.raises(ConfigError, match="padded to a multiple of 128"):
         read_config(grouped)

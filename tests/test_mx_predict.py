@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -150,8 +152,6 @@ def test_fp4_recipes_are_refused_with_their_own_message(cli, name):
 
 def test_mx_under_tensor_parallelism_is_priced_with_unfused_casts_and_says_so(cli):
     """MX casts are priced unfused already: bf16 TP collectives add no cast (float8 rowwise's do)."""
-    import json
-
     from fp8advisor.advice.step import StepConfig
     from fp8advisor.advice.step_parallel import tp_cast_adjustment
 
@@ -174,3 +174,111 @@ def test_mx_under_tensor_parallelism_is_priced_with_unfused_casts_and_says_so(cl
     assert result.exit_code == 0, result.output
     notes = json.loads(result.stdout)["step"]["notes"]
     assert any(note.startswith("MXFP8 + tensor parallelism") for note in notes)
+
+
+def test_an_mx_linears_three_gemms_read_their_scales():
+    """linear_gemm_time_s prices every MX GEMM as "mxfp8" (scales read), checked where memory binds."""
+    M, K, N = 32, 8192, 8192
+    expected = sum(gemm_time_s(*shape, "mxfp8", "B200") for shape in ((M, K, N), (M, N, K), (K, M, N)))
+    assert linear_gemm_time_s(M, K, N, "mxfp8_rceil", "B200") == pytest.approx(expected, rel=1e-12)
+    assert linear_gemm_time_s(M, K, N, "mxfp8_rceil", "B200") > linear_gemm_time_s(M, K, N, "rowwise", "B200")
+
+
+@pytest.mark.parametrize("gpu", ["GB200", "B300"])
+def test_gb200_and_b300_get_blackwells_profile_and_mx_advice(cli, gpu):
+    result = cli("suggest", "torchtitan:llama3/8B", "--gpu", gpu, "--recipe", "mxfp8", "--json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["recipe"] == "mxfp8_rceil" and document["profile"].startswith("b200-")
+    assert document["filter_fqns"] is None and document["mx_fqns"]
+
+
+def test_mx_grouped_experts_need_k_and_n_multiples_of_128_and_expert_linears_32():
+    from fp8advisor.advice.experts import odd_gemms
+    from fp8advisor.inspect.records import ExpertForm, ExpertGemm, ExpertGroup
+
+    def group(form, N):
+        gemms = (ExpertGemm("w1", 2048, N, ()), ExpertGemm("w2", N, 2048, ()))
+        return ExpertGroup("layers.0.moe.experts", "X", form, 8, 2, "test", 4096, 8192, gemms)
+
+    grouped, linears = group(ExpertForm.GROUPED, 1440), group(ExpertForm.LINEAR_LIST, 1440)  # 1440 = 45 x 32
+    assert odd_gemms(grouped, 1, Recipe.MXFP8_RCEIL) == ["w1 2048x1440", "w2 1440x2048"]
+    assert odd_gemms(linears, 1, Recipe.MXFP8_RCEIL) == []
+    assert odd_gemms(grouped, 1, Recipe.ROWWISE) == []
+    assert odd_gemms(group(ExpertForm.GROUPED, 1408), 1, Recipe.MXFP8_RCEIL) == []  # 11 x 128
+
+
+def test_mx_grouped_gemms_run_each_token_group_padded_to_128_rows():
+    from fp8advisor.predict.mx_grouped import padded_rows
+    from fp8advisor.predict.roofline import grouped_fwd_bwd_time_s
+
+    assert padded_rows([100, 0, 129, 256]) == [128, 0, 256, 256]
+    mx = grouped_fwd_bwd_time_s([1000, 28], 8192, 8192, "mxfp8_rceil", "B200")
+    assert mx == grouped_fwd_bwd_time_s([1024, 128], 8192, 8192, "mxfp8_rceil", "B200")
+    bf16 = grouped_fwd_bwd_time_s([1000, 28], 8192, 8192, "bf16", "B200")
+    assert bf16 < grouped_fwd_bwd_time_s([1024, 128], 8192, 8192, "bf16", "B200")  # bf16: no padding
+
+
+def test_mx_keeps_layers_whose_token_count_is_not_a_multiple_of_32_in_bf16():
+    """mxfp8_rceil's weight-gradient casts scale 32-token blocks; its wgrad_with_hp variant and float8 run."""
+    model = ModelLayers("m.py", 1, 1008, (layer("a", 4096, 4096, 1008),))
+    common = dict(predictor=StubPredictor(rule=lambda M, K, N: 1.5), device_capability=None)
+    decided = {
+        recipe: advise(model, StubChoice(), recipe, compare_torchao_auto=False, **common).layers[0]
+        for recipe in ("mxfp8_rceil", "mxfp8_rceil_wgrad_with_hp", "rowwise")
+    }
+    assert (
+        not decided["mxfp8_rceil"].convert
+        and "M = 1008 tokens not divisible by 32" in decided["mxfp8_rceil"].reason
+    )
+    assert decided["mxfp8_rceil_wgrad_with_hp"].convert and decided["rowwise"].convert
+
+
+def test_no_fqns_list_is_written_when_no_entry_can_name_an_advised_layer_alone(cli, tmp_path):
+    """`blocks.N.ff` advised, `blocks.N.ff2` (N = 48: MXFP8 cannot run it) not: no entry names the first
+    without the second, and an empty fqns would convert every Linear, so no MXFP8LinearConverter at all."""
+    model = tmp_path / "conflict.py"
+    model.write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from torch import nn
+
+
+            class Block(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.ff = nn.Linear(8192, 8192, bias=False)
+                    self.ff2 = nn.Linear(8192, 48, bias=False)
+
+                def forward(self, x):
+                    return self.ff(x) + self.ff2(x).sum(-1, keepdim=True)
+
+
+            class M(nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.blocks = nn.ModuleList([Block() for _ in range(2)])
+
+                def forward(self, x):
+                    for block in self.blocks:
+                        x = block(x)
+                    return x
+
+
+            def build_model():
+                return M()
+
+
+            def example_inputs(batch, seq):
+                return (torch.randn(batch, seq, 8192),)
+            """
+        )
+    )
+    common = (str(model), "--gpu", "B200", "--recipe", "mxfp8")
+    written = cli("suggest", *common, "--format", "torchtitan-py")
+    assert written.exit_code == 0, written.output
+    assert "MXFP8LinearConverter.Config" not in written.stdout and "fqns=[" not in written.stdout
+    assert "no MXFP8LinearConverter written" in written.stdout
+    document = json.loads(cli("suggest", *common, "--json").stdout)
+    assert document["convert_fqns"] and document["mx_fqns"] == []

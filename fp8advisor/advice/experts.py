@@ -22,7 +22,7 @@ from fp8advisor.advice.linears import HOW_RANK, Predictor, decide_layers
 from fp8advisor.advice.records import ExpertAdvice, LayerAdvice
 from fp8advisor.inspect.records import ExpertForm, ExpertGemm, ExpertGroup, ModelLayers
 from fp8advisor.predict.figures import weakest_provenance
-from fp8advisor.recipes import Recipe, dims_divisible_by_16, dims_supported
+from fp8advisor.recipes import MX_GROUPED_ALIGNMENT, Recipe, dims_supported
 from fp8advisor.request import check_expert_imbalance
 
 #: `expert_predictor(group, imbalance[, grouped_recipe])` -> `predict.speedup.GroupTimes` (None: M per expert
@@ -97,22 +97,21 @@ def default_expert_predictor(profile_choice) -> ExpertPredictor:
 
 
 def odd_gemms(group: ExpertGroup, tensor_parallel: int, recipe: Recipe = Recipe.ROWWISE) -> list[str]:
-    """The GEMMs of `group` whose K or N is not a multiple of 16 (float8 GEMMs need them; 32 for MXFP8,
-    `recipes.dims_supported`), as "w1 KxN"; for ModuleList experts under tensor parallelism, also those whose
-    1/tp shard is not. Empty: convertible."""
-    if recipe.is_mx:
-        return [f"{g.name} {g.K}x{g.N}" for g in group.gemms if not dims_supported(recipe, g.K, g.N)]
-    odd = [
-        f"{gemm.name} {gemm.K}x{gemm.N}" for gemm in group.gemms if not dims_divisible_by_16(gemm.K, gemm.N)
-    ]
+    """The GEMMs of `group` whose K or N is not a multiple of what the recipe's GEMMs need
+    (`recipes.dims_supported`: 16 for float8, 32 for MXFP8 expert Linears, 128 for MXFP8 grouped experts),
+    as "w1 KxN"; for ModuleList experts under tensor parallelism, also those whose 1/tp shard is not. Empty:
+    convertible."""
+    grouped = group.form is ExpertForm.GROUPED
+
+    def fits(K: int, N: int) -> bool:
+        return dims_supported(recipe, K, N, grouped=grouped)
+
+    odd = [f"{gemm.name} {gemm.K}x{gemm.N}" for gemm in group.gemms if not fits(gemm.K, gemm.N)]
     if group.form is ExpertForm.LINEAR_LIST and tensor_parallel > 1 and not odd:
         odd = [
             f"{gemm.name} {gemm.K}x{gemm.N} in 1/{tensor_parallel} shards"
             for gemm in group.gemms
-            if not (
-                dims_divisible_by_16(gemm.K // tensor_parallel, gemm.N)
-                and dims_divisible_by_16(gemm.K, gemm.N // tensor_parallel)
-            )
+            if not (fits(gemm.K // tensor_parallel, gemm.N) and fits(gemm.K, gemm.N // tensor_parallel))
         ]
     return odd
 
@@ -238,6 +237,8 @@ def _decide_group(
     speedup = timing["predicted_speedup"]
     if odd:
         size, kind_of = recipe.block_size, "MXFP8" if recipe.is_mx else "float8"
+        if recipe.is_mx and group.form is ExpertForm.GROUPED:
+            size = MX_GROUPED_ALIGNMENT
         reason = (
             f"K or N not divisible by {size} ({', '.join(odd)}): {kind_of} GEMMs need multiples of {size}"
         )

@@ -175,6 +175,15 @@ def _predict_layer(
     return worst
 
 
+def odd_mx_tokens(recipe: Recipe, token_counts) -> list[int]:
+    """The token counts an MXFP8 recipe cannot run: its weight-gradient GEMM casts 1x32 blocks along the
+    tokens (torchao's dim1 casts assert rows % 32), so each call's M must be a multiple of 32; none for
+    float8 (`pad_inner_dim` pads) and for `mxfp8_rceil_wgrad_with_hp` (a bf16 grad_weight GEMM)."""
+    if not recipe.is_mx or recipe.grad_weight_in_bf16:
+        return []
+    return sorted({m for m in token_counts if m % recipe.block_size})
+
+
 def decide_layers(
     layers: Sequence[GemmLayer],
     recipe: Recipe,
@@ -231,6 +240,13 @@ def decide_layers(
             decided.append(LayerAdvice(convert=False, reason=reason, float8_time_s=bf16, **timing, **common))
         elif tensor_parallel > 1 and not all(dims_supported(recipe, k, n) for k, n in sharded):
             reason = f"a 1/{tensor_parallel} shard of K or N is not divisible by {size}"
+            decided.append(LayerAdvice(convert=False, reason=reason, float8_time_s=bf16, **timing, **common))
+        elif odd_mx_tokens(recipe, layer.M_per_call):
+            odd_m = odd_mx_tokens(recipe, layer.M_per_call)[0]
+            reason = (
+                f"M = {odd_m} tokens not divisible by {size}: {recipe}'s grad_weight casts scale blocks of "
+                "32 tokens (pad sequences to a multiple of 32)"
+            )
             decided.append(LayerAdvice(convert=False, reason=reason, float8_time_s=bf16, **timing, **common))
         else:
             convert = speedup >= min_speedup

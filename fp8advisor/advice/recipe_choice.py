@@ -119,7 +119,12 @@ def _ranked(options: list[RecipeOption]) -> tuple[Recipe, str, tuple[RecipeOptio
     else:
         reason = f"the only recipe with {chosen.provenance} figures ({figures})"
     if others:
-        skipped = ", ".join(f"{o.recipe.value} ({o.provenance}: {o.predicted_speedup:.3f}x)" for o in others)
+
+        def figure(o: RecipeOption) -> float:  # the measure the comparable ones were ranked by
+            step = o.predicted_step_speedup
+            return step if by_step and step is not None else o.predicted_speedup
+
+        skipped = ", ".join(f"{o.recipe.value} ({o.provenance}: {figure(o):.3f}x)" for o in others)
         reason += (
             f"; not compared with {skipped}: figures of different provenance cannot be ranked against each "
             f"other, so the recipe with the stronger evidence ({chosen.provenance}) wins"

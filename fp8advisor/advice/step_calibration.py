@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fp8advisor.errors import ProfileError
+from fp8advisor.gpus import sibling_family
 from fp8advisor.paths import DATA_DIR
 
 CALIBRATION_PATH = DATA_DIR / "anchors" / "step_calibration.json"
@@ -65,15 +66,4 @@ class Calibration:
         return cls(efficiency, fitted_to, path)
 
 
-def sibling_family(family: str | None, fitted) -> str | None:
-    """A fitted family of the same GPU architecture as `family` (the same compute capability major: GB200
-    and B300 are Blackwell like B200), when `family` has no fit of its own; None otherwise."""
-    from fp8advisor.gpus import FAMILY_COMPUTE_CAPABILITY
-
-    major = FAMILY_COMPUTE_CAPABILITY.get(family or "", (None,))[0]
-    if family is None or family in fitted or major is None:
-        return None
-    return next((f for f in sorted(fitted) if FAMILY_COMPUTE_CAPABILITY.get(f, (None,))[0] == major), None)
-
-
-__all__ = ["CALIBRATION_PATH", "CALIBRATION_SCHEMA", "Calibration", "sibling_family"]
+__all__ = ["CALIBRATION_PATH", "CALIBRATION_SCHEMA", "Calibration"]

@@ -91,13 +91,13 @@ def bench(
         list[str] | None,
         typer.Option(
             "--M-per-expert",
-            help="With --grouped: tokens per expert (multiples of 16), overriding the grid: --M-per-expert "
-            "128,1024.",
+            help="With --grouped: tokens per expert (multiples of 16; MXFP8: of 128 on a GPU, 32 under "
+            "--emulate), overriding the grid: --M-per-expert 128,1024.",
         ),
     ] = None,
     M: Annotated[
         list[str] | None,
-        typer.Option("--M", help="Tokens per step (rows), overriding the grid: --M 1024,8192."),
+        typer.Option("--M", help="Tokens per step (rows; mxfp8_rceil: multiples of 32), overrides the grid."),
     ] = None,
     K: Annotated[list[str] | None, typer.Option("--K", help="in_features, overriding the grid.")] = None,
     N: Annotated[list[str] | None, typer.Option("--N", help="out_features, overriding the grid.")] = None,

@@ -64,7 +64,9 @@ def bench_model(
     import torch._dynamo  # noqa: F401
 
     with err_console.status(f"inspecting {target} ..."):
-        discovery = discover_blocks(load_model(target, "meta"), batch=batch, seq=seq)
+        discovery = discover_blocks(
+            load_model(target, "meta"), batch=batch, seq=seq, recipes=tuple(chosen_recipes)
+        )
     seeds = seed_sets(discovery, chosen_recipes, choice)
     layers = discovery.model_layers
     console.print(

@@ -50,7 +50,7 @@ def change_line(current_step) -> str | None:
 
 
 def _what(current_step) -> str:
-    """`224 Linear layer(s) (rowwise, from the file) in float8`, or FP8 off."""
+    """`224 Linear layer(s) (rowwise, from the file) in float8` (in MXFP8 for an MXFP8 recipe), or FP8 off."""
     current = current_step.current
     if not current.in_float8:
         return "FP8 off: every layer in bf16" if not current.enabled else "nothing in float8"
@@ -59,9 +59,11 @@ def _what(current_step) -> str:
         parts.append(
             f"{len(current.converted)} Linear layer(s) ({current.recipe.value}, from {current.recipe_from})"
         )
+    mx = current.recipe is not None and current.recipe.is_mx
     if current.expert_groups:
-        parts.append(f"{len(current.expert_groups)} expert group(s) (rowwise grouped GEMMs)")
-    return f"{' and '.join(parts)} in float8"
+        grouped = current.recipe.value if mx else "rowwise"
+        parts.append(f"{len(current.expert_groups)} expert group(s) ({grouped} grouped GEMMs)")
+    return f"{' and '.join(parts)} in {'MXFP8' if mx else 'float8'}"
 
 
 def _figures(current_step) -> str:

@@ -88,7 +88,8 @@ def suggest(
     recipe: str = typer.Option(
         AUTO,
         "--recipe",
-        help="tensorwise, rowwise, rowwise_with_gw_hp, or auto: of the recipes whose figures have the "
+        help="tensorwise, rowwise, rowwise_with_gw_hp, mxfp8 (= mxfp8_rceil) or mxfp8_rceil_wgrad_with_hp "
+        "(Blackwell), or auto: of the recipes this GPU runs and whose figures have the "
         "strongest provenance (measured, then evidence, then published, then modelled), the one with the "
         "highest predicted step speedup (batch x seq on one GPU; without a step model, the lowest predicted "
         "Linear time); recipes with weaker figures are not ranked against them (torchtitan-py: no "
@@ -282,7 +283,10 @@ def _destination(
             "-o and --check do not go together", hint="write with -o, verify in CI with --check"
         )
     config_format = _format_for(fmt, output or check_file)
-    check_format_target(config_format, request.target)  # a format that cannot convert this model as it says
+    # a format that cannot convert this model as it says
+    check_format_target(
+        config_format, request.target, None if request.recipe == AUTO else parse_recipe(request.recipe)
+    )
     if config_format is not None and request.recipe != AUTO:
         # a recipe its framework lacks: say so now
         check_format_recipe(config_format, parse_recipe(request.recipe))
@@ -361,7 +365,8 @@ def _check_committed(advice: Advice, request: SuggestRequest, destination: _Dest
     expected = render(advice, config_format, request, output=check_file, predictor=predictor)
     ok, diff = check(check_file, expected, destination.committed)
     if ok:
-        err_console.print(f"{check_file} is up to date ({config_format.value}, {advice.proof_line()})")
+        proof = _proof(advice, config_format)
+        err_console.print(f"{check_file} is up to date ({config_format.value}, {proof})")
         return
     regenerate = pinned_command(request, advice, config_format, check_file)
     # Plain print (no Rich wrapping in a diff); the committed file's control characters shown as escapes
@@ -370,6 +375,21 @@ def _check_committed(advice: Advice, request: SuggestRequest, destination: _Dest
         Text(f"{check_file} is stale: ", style="bold red") + Text(f"regenerate it with: {regenerate}")
     )
     raise typer.Exit(1)
+
+
+def _proof(advice: Advice, config_format: ConfigFormat) -> str:
+    """What --check says the file converts: the float8 exclusion list's simulation, or for MXFP8 the
+    torchtitan-py inclusion list's (`emit.mx.what_it_converts`); torchao and megatron MX files name their
+    layers and modules exactly (the MX formats never write a float8 exclusion list)."""
+    if not advice.recipe.is_mx:
+        return advice.proof_line()
+    from fp8advisor.emit.mx import what_it_converts
+
+    if config_format is ConfigFormat.TORCHTITAN_PY:
+        return what_it_converts(advice)
+    if config_format is ConfigFormat.TORCHAO:
+        return f"MXFP8_LAYERS: exactly the {len(advice.convert_fqns)} advised Linear layers"
+    return f"MXFP8 ({advice.recipe.value}): the Transformer Engine modules its header lists"
 
 
 def _write_config(

@@ -278,12 +278,14 @@ def _print_mx_fqns(advice: Advice, fp8_off: bool) -> None:
     float8 exclusion list would mean the opposite in an MX config (`emit.mx` refuses the filter format)."""
     from fp8advisor.emit.mx import inclusion_list
 
-    if fp8_off or not advice.convert_fqns:
-        console.print(
-            Text("nothing is worth converting: the configs --format writes leave MXFP8 off", style="yellow")
-        )
+    fl = inclusion_list(advice) if advice.convert_fqns and not fp8_off else None
+    if fl is None or not fl.entries:
+        what = "nothing is worth converting" if fl is None else "no fqns entry names an advised layer alone"
+        console.print(Text(f"{what}: the configs --format writes leave MXFP8 off", style="yellow"))
+        if fl is not None:
+            for conflict in fl.conflicts:
+                console.print(Text(f"conflict: {conflict.describe()}", style="yellow"), soft_wrap=True)
         return
-    fl = inclusion_list(advice)
     console.print(
         Text("fqns", style="bold")
         + Text(" (torchtitan 0.3 MXFP8LinearConverter) converts every Linear whose FQN contains an entry:"),

@@ -254,7 +254,11 @@ def _header_lines(report, settings, from_header: tuple[str, ...]) -> list[str]:
 
         entries = [entry for entry in config.filter_fqns if entry != AUTO_FILTER_FLAG]
         count = f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}"
-        lines.insert(1, f"         filter_fqns ({count}) {FILTER_FQNS_MEANING}")
+        if config.recipe is not None and config.recipe.is_mx:  # an inclusion list: what it names converts
+            meaning = "converts to MXFP8 every nn.Linear whose FQN contains an entry (substring match)"
+            lines.insert(1, f"         fqns ({count}) {meaning}")
+        else:
+            lines.insert(1, f"         filter_fqns ({count}) {FILTER_FQNS_MEANING}")
     return lines
 
 

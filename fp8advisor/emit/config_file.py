@@ -70,8 +70,11 @@ TORCHTITAN_FORMAT_VERSIONS = {
 }
 
 
-def check_format_target(fmt: ConfigFormat | str | None, target: str) -> None:
-    """A ConfigError when the file of `fmt` cannot do what it says for `target` (nothing for no format).
+def check_format_target(
+    fmt: ConfigFormat | str | None, target: str, recipe: Recipe | str | None = None
+) -> None:
+    """A ConfigError when the file of `fmt` cannot do what it says for `target` (nothing for no format);
+    `recipe` (None: not known yet, `--recipe auto`) words the torchao refusal for MXFP8.
     `suggest` asks before the work, `render` again. For a torchtitan registry target (`torchtitan:MODEL/
     FLAVOR`, built by the installed torchtitan):
 
@@ -88,7 +91,10 @@ def check_format_target(fmt: ConfigFormat | str | None, target: str) -> None:
       Float8Linear that is a torchtitan Module and keeps its param_init
       (torchtitan/components/quantization/float8.py). accelerate converts the model handed to
       `Accelerator.prepare`, after the user built and initialised it (accelerate/accelerator.py
-      `_prepare_ao`): its init is kept.
+      `_prepare_ao`): its init is kept. For MXFP8, torchao's quantize_ swaps each converted Linear's weight
+      parameter for its MXFP8 training tensor before that init; torchtitan's own MXFP8LinearConverter
+      builds an MXFP8Linear that is a torchtitan Module with the layer's param_init
+      (torchtitan/components/quantization/mx.py).
     - nemo-automodel: NeMo AutoModel does not take torchtitan models (it builds Hugging Face ones).
     """
     if fmt is None:
@@ -110,6 +116,16 @@ def check_format_target(fmt: ConfigFormat | str | None, target: str) -> None:
             hint="write --format torchtitan-py for torchtitan, or advise on the Hugging Face config of the "
             "model NeMo AutoModel trains",
         )
+    if fmt is ConfigFormat.TORCHAO and titan.is_registry_target(target) and recipe is not None:
+        if Recipe(recipe).is_mx:
+            raise ConfigError(
+                f"--format torchao cannot convert {target.strip()} to MXFP8: torchtitan builds it on the "
+                "meta device and initialises it (to_empty, init_states) after converting, and torchao's "
+                "quantize_ swaps each converted Linear's weight parameter for its MXFP8 training tensor "
+                "before that init (torchtitan's trainer builds and initialises only its own MXFP8Linear)",
+                hint="write --format torchtitan-py: torchtitan's own MXFP8LinearConverter builds an "
+                "MXFP8Linear that is a torchtitan Module and keeps the layer's param_init",
+            )
     if fmt is ConfigFormat.TORCHAO and titan.is_registry_target(target):
         raise ConfigError(
             f"--format torchao cannot convert {target.strip()}: torchtitan builds it on the meta device and "
@@ -123,7 +139,7 @@ def check_format_target(fmt: ConfigFormat | str | None, target: str) -> None:
 def what_the_file_does(advice: Advice, fmt: ConfigFormat, predictor: Predictor | None = None) -> str:
     """The header line saying what the file of `fmt` converts (or why it leaves FP8 off), for the terminal."""
     if fmt is ConfigFormat.MEGATRON:
-        return megatron_what(megatron.plan(advice, predictor))
+        return megatron_what(megatron.plan(advice, predictor), advice.recipe)
     return what_it_converts(advice, fmt)
 
 
@@ -149,7 +165,7 @@ def render(
     as one; without it, by the sum of its parts' predicted times."""
     fmt = parse_format(fmt)
     check_format_recipe(fmt, advice.recipe)  # a file FP8 is off in must still be one its framework takes
-    check_format_target(fmt, request.target)
+    check_format_target(fmt, request.target, advice.recipe)
     if fmt is ConfigFormat.MEGATRON:
         return render_megatron(advice, request, predictor)
     header = header_lines(advice, request, fmt)

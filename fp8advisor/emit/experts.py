@@ -235,8 +235,8 @@ def _titan_py_expert_note(advice: Advice, groups, modules: tuple[str, ...], advi
         lines = wrapped(
             "MoE experts: MXFP8GroupedExpertsConverter converts every GroupedExperts of the model (it has no "
             "filter; torchtitan/components/quantization/mx.py:184-200) to torchao's MXFP8 grouped GEMMs, and "
-            "swaps the token dispatcher for one padding each expert's token group to pad_multiple = 32 rows, "
-            f"the MX scale block along the tokens. The advice says {advice_words}."
+            "swaps the token dispatcher for one padding each expert's token group to pad_multiple = 128 "
+            f"rows, what torchao's sm_100 MX cast needs. The advice says {advice_words}."
         )
     elif modules:
         lines = wrapped(

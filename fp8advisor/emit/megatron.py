@@ -202,12 +202,14 @@ def check_recipe(recipe: Recipe | str) -> Recipe:
     return recipe
 
 
-def _unmappable(names: Sequence[str], why: str) -> ConfigError:
+def _unmappable(names: Sequence[str], why: str, recipe: Recipe) -> ConfigError:
     shown = ", ".join(row.pattern for row in fold_repeated(_Named(name) for name in names)[:6])
+    # accelerate has no MXFP8 recipe (config_file.check_format_recipe refuses it)
+    others = "--format torchao" if recipe.is_mx else "--format torchao or accelerate"
     return ConfigError(
         f"--format megatron cannot name {len(names)} Linear layer(s) in Megatron's GPTModel ({why}): {shown}",
         hint="the format needs a Llama/GPT-style decoder (q/k/v, o, gate/up, down projections in "
-        "layers.N, a head named output or lm_head); use --format torchao or accelerate for this model",
+        f"layers.N, a head named output or lm_head); use {others} for this model",
     )
 
 
@@ -237,20 +239,22 @@ def _locate(advice: Advice) -> tuple[dict[tuple[int, str], dict[str, LayerAdvice
         module, part = mapped
         blocks.setdefault((int(match["index"]), module), {})[part] = layer
     if unknown:
-        raise _unmappable(unknown, "no Megatron module of a GPT decoder layer or head")
+        raise _unmappable(unknown, "no Megatron module of a GPT decoder layer or head", advice.recipe)
     if len(prefixes) > 1:
         parents = ", ".join(sorted(prefix or "(top)" for prefix in prefixes))
         names = sorted(layer.fqn for parts in blocks.values() for layer in parts.values())
-        raise _unmappable(names, f"layers under {len(prefixes)} different parents ({parents})")
+        raise _unmappable(names, f"layers under {len(prefixes)} different parents ({parents})", advice.recipe)
     return blocks, head
 
 
-def _check_complete(blocks: dict[tuple[int, str], dict[str, LayerAdvice]]) -> int:
+def _check_complete(blocks: dict[tuple[int, str], dict[str, LayerAdvice]], recipe: Recipe) -> int:
     """The number of layers, once every layer 0..L-1 has each module with a complete set of parts."""
     indices = sorted({index for index, _ in blocks})
     if indices != list(range(len(indices))):
         raise _unmappable(
-            [f"layers.{index}" for index in indices], "layer indices must run 0, 1, 2, ... as Megatron's do"
+            [f"layers.{index}" for index in indices],
+            "layer indices must run 0, 1, 2, ... as Megatron's do",
+            recipe,
         )
     incomplete = []
     for index in indices:
@@ -261,7 +265,7 @@ def _check_complete(blocks: dict[tuple[int, str], dict[str, LayerAdvice]]) -> in
                 incomplete += names or [f"layers.{index} (no {module.split('.')[-1]})"]
     if incomplete:
         raise _unmappable(
-            incomplete, "a decoder layer without exactly q/k/v, o, gate/up and down projections"
+            incomplete, "a decoder layer without exactly q/k/v, o, gate/up and down projections", recipe
         )
     return len(indices)
 
@@ -273,7 +277,9 @@ def _fused_decision(
     K = parts[0].K
     N = sum(part.N for part in parts)
     if any(part.K != K for part in parts):
-        raise _unmappable([part.fqn for part in parts], "fused parts must read the same input (equal K)")
+        raise _unmappable(
+            [part.fqn for part in parts], "fused parts must read the same input (equal K)", advice.recipe
+        )
     if not all(part.counts_in_linear_time for part in parts):
         return False, None, 0.0, 0.0
     if predictor is not None:
@@ -332,7 +338,7 @@ def plan(advice: Advice, predictor: Predictor | None = None) -> MegatronPlan:
     have."""
     check_recipe(advice.recipe)
     blocks, head_layer = _locate(advice)
-    n_layers = _check_complete(blocks)
+    n_layers = _check_complete(blocks, advice.recipe)
     modules = []
     for index in range(n_layers):
         for module in BLOCK_MODULES:

@@ -33,11 +33,18 @@ _MODEL_PARTS = (
 )
 
 
-def megatron_what(plan: megatron.MegatronPlan) -> str:
-    """The header line of the megatron file: how many Transformer Engine modules it puts in float8."""
+def _low(recipe: Recipe) -> str:
+    """The low precision the file trains in, in words: MXFP8 or float8."""
+    return "MXFP8" if recipe.is_mx else "float8"
+
+
+def megatron_what(plan: megatron.MegatronPlan, recipe: Recipe = Recipe.TENSORWISE) -> str:
+    """The header line of the megatron file: how many Transformer Engine modules it puts in float8 (or
+    MXFP8, for an MX recipe)."""
     return (
-        f"{len(plan.float8_names)} of the {len(plan.modules)} Transformer Engine linear modules in float8: "
-        "Megatron's first-match glob rule, applied to every one of their names, selects exactly those"
+        f"{len(plan.float8_names)} of the {len(plan.modules)} Transformer Engine linear modules in "
+        f"{_low(recipe)}: Megatron's first-match glob rule, applied to every one of their names, selects "
+        "exactly those"
     )
 
 
@@ -46,7 +53,7 @@ def render_megatron(advice: Advice, request: SuggestRequest, predictor: Predicto
     plan = megatron.plan(advice, predictor)
     document = megatron.precision_config(plan, advice.recipe)
     megatron.check_selects_exactly(plan, document)  # Megatron's first-match rule, on every TE module name
-    header = header_lines(advice, request, ConfigFormat.MEGATRON, what=megatron_what(plan))
+    header = header_lines(advice, request, ConfigFormat.MEGATRON, what=megatron_what(plan, advice.recipe))
     notes = [
         *_usage(plan, advice.recipe),
         *_speed_figures(advice),
@@ -56,7 +63,7 @@ def render_megatron(advice: Advice, request: SuggestRequest, predictor: Predicto
             "Matchers: the first enabled matcher whose glob (fnmatch) matches a module's path chooses its "
             "config; default_bf16 keeps every other Transformer Engine module in bf16."
         ),
-        *_what_megatron_changes(plan, document),
+        *_what_megatron_changes(plan, document, advice.recipe),
         *_positional(plan, advice.recipe),
         *expert_notes(advice, ConfigFormat.MEGATRON),
     ]
@@ -70,7 +77,8 @@ def _usage(plan: megatron.MegatronPlan, recipe: Recipe) -> list[str]:
     0.16's TransformerConfig.fp8, the field of --fp8-format, defaults to None, FP8 off)."""
     if not plan.float8_names:
         return [
-            "Nothing is in float8: train without --fp8-format (this file keeps every TE module in bf16).",
+            f"Nothing is in {_low(recipe)}: train without --fp8-format (this file keeps every TE module "
+            "in bf16).",
             *wrapped(
                 "(NeMo 2 and Megatron-Bridge: leave the TransformerConfig field fp8 unset (None) and pass no "
                 "quant_recipe. NeMo 1 / NeMo-Aligner YAML: fp8: false.)"
@@ -103,7 +111,7 @@ def _speed_figures(advice: Advice) -> list[str]:
         "e4m3 forward, e5m2 gradients, TE's 'hybrid'), whose kernels and casts are TE's own; torchao "
         "rowwise has no TE equivalent."
     )
-    low = "MXFP8" if advice.recipe.is_mx else "float8"
+    low = _low(advice.recipe)
     return wrapped(
         f"Speed figures: torchao's {low} {advice.recipe.value} figures ({provenance}"
         + (": a roofline model" if provenance == "modelled" else "")
@@ -133,7 +141,7 @@ def _fused_gemms(plan: megatron.MegatronPlan) -> list[str]:
     )
 
 
-def _what_megatron_changes(plan: megatron.MegatronPlan, document: dict) -> list[str]:
+def _what_megatron_changes(plan: megatron.MegatronPlan, document: dict, recipe: Recipe) -> list[str]:
     """Where Megatron departs from the advice: fused parts measured apart, the head, per-stage numbers."""
     notes = []
     measured = [m for m in _disagreeing(plan) if any(part.decided_by != "profile" for part in m.parts)]
@@ -144,7 +152,8 @@ def _what_megatron_changes(plan: megatron.MegatronPlan, document: dict) -> list[
         )
     head = plan.head
     if head is not None:
-        lost = f"; the advice converts {head.parts[0].fqn} to float8: that is lost" if head.float8 else ""
+        low = _low(recipe)
+        lost = f"; the advice converts {head.parts[0].fqn} to {low}: that is lost" if head.float8 else ""
         notes += wrapped(
             "output_layer (the head) is Megatron's own ColumnParallelLinear, not a Transformer Engine "
             f"module: always bf16{lost}."
@@ -170,7 +179,7 @@ def _positional(plan: megatron.MegatronPlan, recipe: Recipe) -> list[str]:
         "Before core_v0.16 (no precision config file): whole layers at each end in bf16 only:",
         f"  {positional.arguments(recipe)}",
         *wrapped(
-            "  lost: runs in float8 against the advice: "
+            f"  lost: runs in {_low(recipe)} against the advice: "
             f"{megatron.folded(positional.converts_against_advice)}; "
             f"keeps in bf16 against the advice: {megatron.folded(positional.gives_up)}.",
             indent="    ",

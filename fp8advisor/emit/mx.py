@@ -44,14 +44,15 @@ from fp8advisor.emit.syntax import exact_set_literal, quoted, string_list_lines
 from fp8advisor.errors import ConfigError
 from fp8advisor.frameworks.formats import ConfigFormat
 from fp8advisor.frameworks.shortest_filter import FilterList, shortest_inclusion_filter
-from fp8advisor.recipes import MX_BLOCK_SIZE, Recipe
+from fp8advisor.recipes import MX_GROUPED_ALIGNMENT, Recipe
 
 #: The formats that write MXFP8, as the refusals name them.
 MX_WRITERS = "torchtitan-py (torchtitan 0.3), torchao or megatron"
 
 #: torchtitan 0.3's `MXFP8GroupedExpertsConverter.Config(pad_multiple=...)`: each expert's token group padded
-#: to the MX scale block, as the grouped GEMM's 1x32 scales along the tokens need (mx.py:161-165).
-TORCHTITAN_PAD_MULTIPLE = MX_BLOCK_SIZE
+#: to 128 rows, what torchao's CuTeDSL cast on sm_100 needs (torchtitan's own docstring, mx.py:161-165:
+#: "requires multiples of 128"; its default, 32, is the scale block alone).
+TORCHTITAN_PAD_MULTIPLE = MX_GROUPED_ALIGNMENT
 
 #: What each format that cannot write MXFP8 says, with the framework source it rests on.
 _CANNOT = {
@@ -114,8 +115,8 @@ def torchtitan_converters(advice: Advice, experts: bool) -> tuple[str, str]:
     """(the converter lines of the recipe function's `converters=[...]`, the names to import) for MX."""
     lines = ""
     names = []
-    if advice.convert_fqns:
-        entries = inclusion_list(advice).entries
+    entries = inclusion_list(advice).entries if advice.convert_fqns else ()
+    if entries:  # never an empty fqns: torchtitan would convert every Linear
         names.append("MXFP8LinearConverter")
         lines += (
             "            MXFP8LinearConverter.Config(\n"
@@ -128,7 +129,7 @@ def torchtitan_converters(advice: Advice, experts: bool) -> tuple[str, str]:
         names.insert(0, "MXFP8GroupedExpertsConverter")
         lines += (
             "            # every GroupedExperts: MXFP8 grouped GEMMs; each expert's token group is\n"
-            "            # padded to 32 rows (pad_multiple), the MX scale block along the tokens\n"
+            "            # padded to 128 rows (pad_multiple): torchao's sm_100 MX cast needs groups of 128\n"
             "            MXFP8GroupedExpertsConverter.Config(\n"
             f"                recipe_name={quoted(Recipe.MXFP8_RCEIL.value)},\n"
             f"                pad_multiple={TORCHTITAN_PAD_MULTIPLE},\n"
@@ -140,8 +141,11 @@ def torchtitan_converters(advice: Advice, experts: bool) -> tuple[str, str]:
 
 def torchtitan_what(advice: Advice) -> str:
     """The recipe function's docstring lines on what the MX converters do."""
-    if not advice.convert_fqns:
-        return "No Linear layer is worth converting: only the MoE experts run in MXFP8.\n"
+    if not advice.convert_fqns or not inclusion_list(advice).entries:
+        return (
+            "No Linear layer is converted (none is worth it, or no fqns entry can name one alone without\n"
+            "another): no MXFP8LinearConverter, whose empty fqns would convert every Linear.\n"
+        )
     return (
         "Keep the MXFP8LinearConverter.Config call as generated. fqns lists the Linear layers to\n"
         "convert (substring match): torchtitan converts every Linear whose FQN contains an entry.\n"
@@ -153,6 +157,11 @@ def what_it_converts(advice: Advice) -> str:
     fl = inclusion_list(advice)
     if fl.exact:
         return f"fqns simulated: converts exactly the {len(advice.convert_fqns)} advised Linear layers"
+    if not fl.entries:
+        return (
+            f"fqns: no substring list names any of the {len(advice.convert_fqns)} advised layers alone: "
+            "no MXFP8LinearConverter written, all kept in bf16"
+        )
     return (
         f"fqns simulated: converts {len(fl.converted)} of the {len(advice.convert_fqns)} advised layers; no "
         f"substring list can name the others alone, {len(fl.demoted)} kept in bf16"
@@ -172,10 +181,23 @@ def torchao_body(advice: Advice, fqns: tuple[str, ...], experts: tuple[str, ...]
         "from torchao.prototype.moe_training.config import MXFP8TrainingOpConfig, MXFP8TrainingRecipe\n"
         "from torchao.quantization.quant_api import quantize_\n"
     )
+    gemms = (
+        "the output and grad_input GEMMs (grad_weight in bf16)"
+        if advice.recipe.grad_weight_in_bf16
+        else "forward and backward"
+    )
+    config = f"MXFP8TrainingOpConfig.from_recipe({torchao_recipe_member(advice.recipe)})"
+    if experts:  # from_recipe leaves the padding off (config.py:185, 193): unpadded groups would not run
+        config = (
+            f"dataclasses.replace(\n    {config},\n"
+            "    # each expert's token group padded to the 32-row MX scale block inside the grouped GEMM\n"
+            "    # (torchao pads and unpads; without it every group must already be a multiple of 32)\n"
+            "    pad_token_groups_for_grouped_mm=True,\n)"
+        )
     constants = (
         "# torchao's MXFP8 training config for the advised recipe: e4m3 elements with one E8M0 scale per 32\n"
-        "# (RCEIL rounding), forward and backward; K and N of every advised layer are multiples of 32.\n"
-        f"MXFP8_CONFIG = MXFP8TrainingOpConfig.from_recipe({torchao_recipe_member(advice.recipe)})\n"
+        f"# (RCEIL rounding), {gemms}; K and N of every advised layer are multiples of 32.\n"
+        f"MXFP8_CONFIG = {config}\n"
         "\n"
         f"MXFP8_LAYERS = {exact_set_literal(fqns)}\n"
     )

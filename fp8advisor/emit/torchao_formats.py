@@ -279,6 +279,7 @@ def _torchao_mx(advice: Advice, header: list[str], experts: tuple[str, ...]) -> 
         + "parallelism: it converts the advised layers and returns the model compiled (torch.compile).\n"
         + '"""\n'
         + "\n"
+        + ("import dataclasses\n\n" if experts else "")
         + "import torch\n"
         + imports
         + "\n"

@@ -8,7 +8,9 @@ Linear rule is the filter on nn.Linear modules, its expert filter the same filte
 
 The config is read from `MXFP8TrainingOpConfig.from_recipe(MXFP8TrainingRecipe.MXFP8_RCEIL)` (or
 `MXFP8TrainingRecipe("mxfp8_rceil")`) or `MXFP8TrainingOpConfig()` (its defaults are MXFP8_RCEIL's,
-torchao/prototype/moe_training/config.py:155-172 and 179-186); a name is followed to its one assignment.
+torchao/prototype/moe_training/config.py:155-172 and 179-186), also inside `dataclasses.replace(<that>,
+pad_token_groups_for_grouped_mm=...)` (the token-group padding of the grouped GEMMs, the one setting a file
+may change: it changes no numerics); a name is followed to its one assignment.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from fp8advisor.recipes import Recipe
 
 MX_CONFIG = "MXFP8TrainingOpConfig"
 MX_RECIPE = "MXFP8TrainingRecipe"
+#: The MXFP8 config's token-group padding of the grouped GEMMs (torchao config.py), off in every recipe.
+PADDING = "pad_token_groups_for_grouped_mm"
 
 
 def mx_config_recipe(node: ast.expr | None, scope: ModuleScope) -> Recipe | None:
@@ -36,6 +40,17 @@ def mx_config_recipe(node: ast.expr | None, scope: ModuleScope) -> Recipe | None
     if not isinstance(node, ast.Call):
         return None
     func = node.func
+    if call_name(node) == "replace" and node.args:
+        inner = mx_config_recipe(node.args[0], scope)
+        changed = {keyword.arg for keyword in node.keywords} - {PADDING}
+        if inner is not None and (changed or len(node.args) > 1):
+            raise ConfigError(
+                f"dataclasses.replace of an {MX_CONFIG} changing {sorted(map(str, changed)) or 'more'}: "
+                "not a recipe this tool knows",
+                location=f"{scope.path}:{node.lineno}",
+                hint=f"change only {PADDING} (or write {MX_CONFIG}.from_recipe(...) as it is)",
+            )
+        return inner
     if call_name(node) == MX_CONFIG:
         check_framework_name(func, scope, "torchao", MX_CONFIG)
         if node.args or node.keywords:

@@ -4,9 +4,10 @@
   converts each Linear.Config whose FQN contains an entry (substring), every one when `fqns` is empty, and
   checks no K or N (torchtitan/components/quantization/mx.py:53-60 and 82-83). Its MXFP8Linear is torchao's
   with its defaults (mx.py:38-44): the recipe is `mxfp8_rceil`.
-- `MXFP8GroupedExpertsConverter.Config(recipe_name="mxfp8_rceil", pad_multiple=32,
+- `MXFP8GroupedExpertsConverter.Config(recipe_name="mxfp8_rceil", pad_multiple=128,
   model_compile_enabled=...)`: every GroupedExperts, no filter (mx.py:149-200); recipe_name is a
-  `Literal["mxfp8_rceil"]` (mx.py:154).
+  `Literal["mxfp8_rceil"]` (mx.py:154); pad_multiple a multiple of 128 (its default, 32, is refused: the
+  same docstring says "The CuTeDSL quantization kernel on sm_100 requires multiples of 128", mx.py:161-165).
 
 Each keyword is checked by name and type, as the keyword-only dataclasses take them, and each call to be
 torchtitan's (`framework_calls.check_framework_call`).
@@ -33,7 +34,7 @@ from fp8advisor.frameworks.torchtitan_reader import (
     keyword_literals,
     read_torchtitan_py,
 )
-from fp8advisor.recipes import MX_BLOCK_SIZE, Recipe
+from fp8advisor.recipes import MX_BLOCK_SIZE, MX_GROUPED_ALIGNMENT, Recipe
 
 #: The keywords of torchtitan 0.3's MX converter configs (mx.py:53-60, 152-165, and the base class's
 #: model_compile_enabled, components/quantization/__init__.py:28-31).
@@ -114,12 +115,13 @@ def read_torchtitan_py_mx(scope: ModuleScope) -> FrameworkConfig:
             hint=f'write recipe_name="{Recipe.MXFP8_RCEIL.value}"',
         )
     pad = values.get("pad_multiple", MX_BLOCK_SIZE)
-    if not isinstance(pad, int) or isinstance(pad, bool) or pad <= 0 or pad % MX_BLOCK_SIZE:
+    if not isinstance(pad, int) or isinstance(pad, bool) or pad <= 0 or pad % MX_GROUPED_ALIGNMENT:
         raise ConfigError(
             f"{MX_GROUPED_EXPERTS_CONVERTER}(pad_multiple={pad!r}): each expert's token group must be padded "
-            f"to a multiple of the MX scale block ({MX_BLOCK_SIZE})",
+            f"to a multiple of {MX_GROUPED_ALIGNMENT} (torchao's sm_100 MXFP8 cast; torchtitan's own "
+            "docstring of pad_multiple says so)",
             location=f"{path}:{call.lineno}",
-            hint=f"write pad_multiple={MX_BLOCK_SIZE} (or a multiple of it)",
+            hint=f"write pad_multiple={MX_GROUPED_ALIGNMENT} (or a multiple of it)",
         )
     return replace(
         experts_only(linear, MX_LINEAR_CONVERTER),

@@ -286,12 +286,16 @@ def _groups(
     return tuple(tuple(names) for names in groups.values())
 
 
-def discover_blocks(loaded, *, batch: int, seq: int, debug: bool = False) -> Discovery:
+def discover_blocks(
+    loaded, *, batch: int, seq: int, debug: bool = False, recipes: tuple[str, ...] = ()
+) -> Discovery:
     """The model's layers and distinct units (module docstring), from one traced forward of `loaded` (a model
-    built by `fp8advisor.inspect.target.load_model`, on meta)."""
+    built by `fp8advisor.inspect.target.load_model`, on meta). A Linear is convertible when its K and N fit
+    every recipe of `recipes` (`recipes.dims_supported`: 32 for MXFP8, so one run with MXFP8 keeps a K = 48
+    layer in bf16 for its float8 recipes too), or multiples of 16 when no recipe is given."""
     from torch import nn
 
-    from fp8advisor.recipes import dims_divisible_by_16
+    from fp8advisor.recipes import dims_divisible_by_16, dims_supported
 
     model = loaded.model
     blocks, heads = _instances(model)
@@ -314,7 +318,11 @@ def discover_blocks(loaded, *, batch: int, seq: int, debug: bool = False) -> Dis
                 layer is not None
                 and layer.is_linear
                 and layer.convertible
-                and dims_divisible_by_16(layer.K, layer.N)
+                and (
+                    all(dims_supported(recipe, layer.K, layer.N) for recipe in recipes)
+                    if recipes
+                    else dims_divisible_by_16(layer.K, layer.N)
+                )
             )
             found.append(UnitLinear(name, sub.in_features, sub.out_features, convertible))
         return tuple(found)

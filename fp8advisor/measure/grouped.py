@@ -29,8 +29,10 @@ with the `GROUPED` workload (a `GroupedGrid`'s). Results rows (`fp8advisor.measu
 
 MXFP8 (`--recipes mxfp8_rceil[,mxfp8_rceil_wgrad_with_hp]`, Blackwell, measured by default there) is torchao
 0.18's `mxfp8_grouped_mm._to_mxfp8_then_scaled_grouped_mm` with its `MXFP8TrainingOpConfig`'s settings
-(`mx_grouped_mm`); under `--emulate` with its EMULATED kernel preference (torchao's own emulation). Its sizes:
-`recipe_support.grouped_alignment` (128 on a GPU, 32 emulated).
+(`mx_grouped_mm`); under `--emulate` with its EMULATED kernel preference (torchao's own emulation), run
+eager: inductor fails on the CPU on every MX grouped shape whose M_total, K and N differ (an AssertionError
+in its code generation), so an emulated MX point times the eager emulation (`prepared_function`; the GPU
+path stays compiled). Its sizes: `recipe_support.grouped_alignment` (128 on a GPU, 32 emulated).
 
 `--emulate` runs the same pipeline on the CPU. `torch._scaled_grouped_mm` and torchao's Triton casts have no
 CPU kernel, so the float8 path is emulated: the same rowwise scales as torchao's kernels (A and grad_output
@@ -62,10 +64,9 @@ from fp8advisor.measure.protocol import (
 )
 from fp8advisor.measure.recipe_support import (
     FLOAT8_GROUPED_ALIGNMENT,
-    GROUPED_RECIPES,
-    check_recipes_on_device,
-    default_recipes,
-    grouped_alignment,
+    aligned_tokens,
+    check_grouped_alignment,
+    grouped_recipes,
     is_mx,
 )
 from fp8advisor.measure.results import GROUPED_AXES, GROUPED_WORKLOAD
@@ -111,7 +112,9 @@ EMULATED_METHOD = {
     "workload": WORKLOAD,
     "compile": "torch.compile default mode on the CPU; float8 EMULATED: torchao's rowwise scales (powers of "
     "two, e4m3) quantize A, B and grad_output as torchao's kernels do, dequantized to bf16 and multiplied "
-    "with torch._grouped_mm (torch._scaled_grouped_mm has no CPU kernel)",
+    "with torch._grouped_mm (torch._scaled_grouped_mm has no CPU kernel); MXFP8 (torchao's EMULATED kernel "
+    "preference) runs EAGER, not compiled: inductor fails on the CPU on its non-square shapes, so an MXFP8 "
+    "point's time (and its compile record: the first eager call) is eager against a compiled bf16",
     "kernel_time": None,
     "wall_time": "EMULATED on the CPU, one thread: time.perf_counter per iteration, compile call + 2 warm-up "
     "+ 5 timed iterations, median and 20th/80th percentiles",
@@ -246,7 +249,8 @@ def make_grouped_grid(
     a multiple of what each recipe's grouped GEMM needs (`recipe_support.grouped_alignment`: 16 for rowwise,
     32 or 128 for MXFP8), a recipe torchao has no grouped GEMM for, an MXFP8 recipe on a GPU of another
     `capability` than 10.x, or an empty grid. Without --recipes: bf16 and rowwise, and the MXFP8 recipes on a
-    GPU that runs them.
+    GPU that runs them. Without --M-per-expert, the named grid's tokens per expert are rounded up to what the
+    recipes need (`recipe_support.aligned_tokens`: the emulated grid's 16 become 32 with MXFP8).
     """
     if name is None:
         name = "emulated" if emulate else "default"
@@ -257,8 +261,13 @@ def make_grouped_grid(
     for option, values in given.items():
         if values is not None:
             check_sizes(f"--{option}", values)
-    chosen = _grouped_recipes(recipes, base, emulate=emulate, capability=capability)
-    _check_alignment(given, base, chosen, emulate=emulate)
+    chosen = grouped_recipes(recipes, base.recipes, emulate=emulate, capability=capability)
+    tokens = aligned_tokens(base.axis("M_per_expert"), chosen, emulate=emulate)
+    if M_per_expert is None and tokens != base.axis("M_per_expert"):  # the emulated grid's 16 with MXFP8
+        base = GroupedGrid.product(base.name, base.axis("E"), tokens, base.axis("K"), base.axis("N"))
+    named = {"M-per-expert": "M_per_expert", "K": "K", "N": "N"}
+    sizes = {option: given[option] or base.axis(axis) for option, axis in named.items()}  # [] is refused
+    check_grouped_alignment(sizes, chosen, emulate=emulate)
     if all(values is None for values in given.values()):
         return dataclasses.replace(base, recipes=chosen)
     axes = [
@@ -275,43 +284,6 @@ def make_grouped_grid(
             hint="choose fewer experts, fewer tokens per expert or smaller K and N",
         )
     return grid
-
-
-def _grouped_recipes(
-    recipes: Sequence[str] | None, base: GroupedGrid, *, emulate: bool, capability: tuple[int, int] | None
-) -> tuple[str, ...]:
-    """bf16 first, then the grouped recipes given (as `recipes.parse_recipe` names them: "mxfp8" is
-    mxfp8_rceil), or the defaults of this device."""
-    if not recipes:
-        return default_recipes(base.recipes, capability, emulate=emulate)
-    from fp8advisor.recipes import parse_recipe
-
-    names = [name if name == BASELINE else parse_recipe(name).value for name in recipes]
-    unknown = [name for name in names if name != BASELINE and name not in GROUPED_RECIPES]
-    if unknown:
-        raise AdvisorError(
-            f"--recipes {','.join(unknown)}: grouped GEMMs have one float8 recipe, {GROUPED_RECIPE} (and "
-            f"MXFP8's {', '.join(r for r in GROUPED_RECIPES if is_mx(r))})",
-            hint="leave --recipes out with --grouped (bf16, rowwise and what else this GPU runs)",
-        )
-    chosen = tuple(dict.fromkeys([BASELINE, *names]))
-    check_recipes_on_device(chosen, None if emulate else capability)
-    return chosen
-
-
-def _check_alignment(given: dict, base: GroupedGrid, recipes: Sequence[str], *, emulate: bool) -> None:
-    """K, N and M_per_expert (given, or the named grid's) multiples of what every recipe needs."""
-    alignment = max(grouped_alignment(recipe, emulate=emulate) for recipe in recipes)
-    mx = [recipe for recipe in recipes if is_mx(recipe)]
-    for option, axis in (("M-per-expert", "M_per_expert"), ("K", "K"), ("N", "N")):
-        values = given[option] if given[option] is not None else base.axis(axis)
-        if any(int(value) % alignment for value in values):
-            needs = f"{', '.join(mx)} on {'the CPU' if emulate else 'a GPU'}" if mx else "float8"
-            raise AdvisorError(
-                f"--{option} must be multiples of {alignment} with --grouped ({needs}), got {list(values)}",
-                hint=f"torchao's {needs} grouped GEMM needs K, N and each expert's group of tokens to be "
-                f"multiples of {alignment}, e.g. {alignment}, {alignment * 6}, {alignment * 16}",
-            )
 
 
 # --- the workload -------------------------------------------------------------------------------------------
@@ -368,7 +340,7 @@ def float8_grouped_mm(*, emulate: bool) -> Callable:
 def mx_grouped_mm(recipe: str, *, emulate: bool) -> Callable:
     """torchao's MXFP8 grouped GEMM `fn(A, B_t, offs)` with the settings of its
     `MXFP8TrainingOpConfig.from_recipe(recipe)` (what a converted expert weight dispatches to), EMULATED under
-    `emulate` (`to_mx` casts and a dequantized `torch._grouped_mm`: runs on the CPU, compiled or eager)."""
+    `emulate` (`to_mx` casts and a dequantized `torch._grouped_mm`: runs on the CPU, eager only)."""
     op, config = compat.mx_grouped_mm(), mx_config(recipe, emulate=emulate)
     settings = {
         "out_dtype": _torch().bfloat16,
@@ -388,6 +360,14 @@ def grouped_function(recipe: str, *, emulate: bool) -> Callable:
     if recipe == BASELINE:
         return bf16_grouped_mm
     return mx_grouped_mm(recipe, emulate=emulate) if is_mx(recipe) else float8_grouped_mm(emulate=emulate)
+
+
+def prepared_function(recipe: str, *, emulate: bool) -> Callable:
+    """`grouped_function` under `protocol.compile_module`, but eager for MXFP8 emulated on the CPU (torch
+    2.13's inductor fails on torchao's EMULATED MX grouped GEMM unless M_total = K = N: "InductorError:
+    AssertionError ({y0: 64, y1: 4, y2: 32}, ...)"); MXFP8 on a GPU is compiled."""
+    function = grouped_function(recipe, emulate=emulate)
+    return function if emulate and is_mx(recipe) else compile_module(function)
 
 
 # --- the CPU emulation of torchao's float8 rowwise grouped GEMM ---------------------------------------------
@@ -526,7 +506,7 @@ class GroupedBench:
             self.reference()
         timer.release()
         memory_before = timer.memory_allocated()
-        function = compile_module(grouped_function(recipe, emulate=timer.emulated))
+        function = prepared_function(recipe, emulate=timer.emulated)
         A, weight, B_t = self._leaves()
         offs, grad_output = self.operands["offs"], self.operands["grad_output"]
 
@@ -564,7 +544,7 @@ def precompile_grouped_point(point: GroupedPoint, settings: BenchSettings) -> st
         operands = make_operands(*point.shape, device=device, seed=settings.seed)
         A = operands["A"].requires_grad_()
         weight = operands["weight"].requires_grad_()
-        function = compile_module(grouped_function(point.recipe, emulate=settings.emulate))
+        function = prepared_function(point.recipe, emulate=settings.emulate)
         function(A, weight.transpose(-2, -1), operands["offs"]).backward(operands["grad_output"])
         if not settings.emulate:
             torch.cuda.synchronize()
@@ -611,5 +591,6 @@ __all__ = [
     "make_operands",
     "mx_grouped_mm",
     "precompile_grouped_point",
+    "prepared_function",
     "with_grouped_defaults",
 ]

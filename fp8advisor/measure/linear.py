@@ -192,8 +192,8 @@ def make_grid(
     Overriding any of M, K, N makes the grid the product of the given values, the other axes taken from the
     named grid; bf16 is always measured (it is the baseline). `capability`: the GPU's (None: emulated or
     unknown): without --recipes the grid measures what that GPU supports (`recipe_support.default_recipes`:
-    MXFP8 joins on 10.x), and an MXFP8 recipe on another GPU, or with a K or N not a multiple of 32, is
-    refused (exit 2) before anything is measured.
+    MXFP8 joins on 10.x), and an MXFP8 recipe on another GPU, or with a K or N not a multiple of 32 (for
+    mxfp8_rceil, an M), is refused (exit 2) before anything is measured.
     """
     if name is None:
         name = "emulated" if emulate else "default"
@@ -211,7 +211,7 @@ def make_grid(
     axes = [
         values if values is not None else base.axis(axis) for axis, values in (("M", M), ("K", K), ("N", N))
     ]
-    check_linear_dims(axes[1], axes[2], chosen_recipes)
+    check_linear_dims(axes[1], axes[2], chosen_recipes, Ms=axes[0])
     if M is None and K is None and N is None:
         return dataclasses.replace(base, recipes=chosen_recipes)
     check_point_count(axes, chosen_recipes)

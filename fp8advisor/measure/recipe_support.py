@@ -11,7 +11,8 @@ float8 list (each MX graph costs about 7 to 11 s to compile on one CPU, `bench`'
 its time), and measures MXFP8 where `--recipes` names it.
 
 Shapes: a float8 GEMM needs K and N multiples of 16 (`torch._scaled_mm`); an MXFP8 Linear multiples of 32 (the
-scale block, along K for the output, N for grad_input, the tokens M for grad_weight; `dims_supported`).
+scale block, along K for the output, N for grad_input; `dims_supported`), and mxfp8_rceil M too (the tokens,
+along which its weight-gradient casts run; `check_linear_dims`).
 torchao 0.18's MXFP8 grouped GEMM (`mxfp8_grouped_mm._compute_fwd_sm100` / `_compute_dgrad_sm100`) casts the
 token rows A (M_total, K) and the output gradient (M_total, N) with `mxfp8_quantize_2d_1x32_cutedsl`, which
 asserts "K must be divisible by 128" and "M must be divisible by 128" (so N too, for the gradient), and whose
@@ -81,8 +82,13 @@ def default_recipes(
     return tuple(dict.fromkeys([*(r for r in named if r == BASELINE or r in supported), *extra]))
 
 
-def check_linear_dims(Ks: Iterable[int], Ns: Iterable[int], recipes: Iterable[str]) -> None:
-    """Raise `AdvisorError` (exit 2) when an MXFP8 recipe meets a K or N that is not a multiple of 32."""
+def check_linear_dims(
+    Ks: Iterable[int], Ns: Iterable[int], recipes: Iterable[str], *, Ms: Iterable[int] = ()
+) -> None:
+    """Raise `AdvisorError` (exit 2) when an MXFP8 recipe meets a K or N that is not a multiple of 32, or
+    mxfp8_rceil (its weight gradient in MXFP8) a token count M that is not: the weight-gradient casts scale
+    1x32 blocks along the tokens (torchao's CUDA cast asserts rows % 32, the emulated one "must be divisible
+    by block_size 32"); mxfp8_rceil_wgrad_with_hp runs that GEMM in bf16 and takes any M."""
     mx = [recipe for recipe in recipes if is_mx(recipe)]
     if not mx:
         return
@@ -94,6 +100,15 @@ def check_linear_dims(Ks: Iterable[int], Ns: Iterable[int], recipes: Iterable[st
                 f"{MX_BLOCK_SIZE} (the MXFP8 scale block)",
                 hint=f"give multiples of {MX_BLOCK_SIZE}, or measure MXFP8 in a separate --out",
             )
+    mx_wgrad = [recipe for recipe in mx if not parse_recipe(recipe).grad_weight_in_bf16]
+    bad = sorted({int(value) for value in Ms if int(value) % MX_BLOCK_SIZE})
+    if mx_wgrad and bad:
+        raise AdvisorError(
+            f"--M {','.join(map(str, bad))}: {', '.join(mx_wgrad)} needs M (the tokens) a multiple of "
+            f"{MX_BLOCK_SIZE}: its weight-gradient casts scale {MX_BLOCK_SIZE}-token blocks",
+            hint=f"give M in multiples of {MX_BLOCK_SIZE}, or measure "
+            f"{Recipe.MXFP8_RCEIL_WGRAD_WITH_HP.value} (a bf16 weight gradient), which takes any M",
+        )
 
 
 def grouped_alignment(recipe: str, *, emulate: bool) -> int:
@@ -101,6 +116,54 @@ def grouped_alignment(recipe: str, *, emulate: bool) -> int:
     if recipe == BASELINE or not is_mx(recipe):
         return FLOAT8_GROUPED_ALIGNMENT
     return MX_BLOCK_SIZE if emulate else MX_GROUPED_GPU_ALIGNMENT
+
+
+def aligned_tokens(tokens: Sequence[int], recipes: Sequence[str], *, emulate: bool) -> list[int]:
+    """Each tokens-per-expert value rounded up to a multiple of what every recipe's grouped GEMM needs: what a
+    named grid measures (the emulated grid's 16 per expert become 32 with an MXFP8 recipe)."""
+    alignment = max(grouped_alignment(recipe, emulate=emulate) for recipe in recipes)
+    return [-(-int(value) // alignment) * alignment for value in tokens]
+
+
+def check_grouped_alignment(
+    sizes: dict[str, Sequence[int]], recipes: Sequence[str], *, emulate: bool
+) -> None:
+    """Raise `AdvisorError` (exit 2) unless the `sizes` of each option ("M-per-expert", "K", "N": given, or
+    the named grid's) are multiples of what every recipe's grouped GEMM needs (`grouped_alignment`)."""
+    alignment = max(grouped_alignment(recipe, emulate=emulate) for recipe in recipes)
+    mx = [recipe for recipe in recipes if is_mx(recipe)]
+    for option, values in sizes.items():
+        if any(int(value) % alignment for value in values):
+            needs = f"{', '.join(mx)} on {'the CPU' if emulate else 'a GPU'}" if mx else "float8"
+            raise AdvisorError(
+                f"--{option} must be multiples of {alignment} with --grouped ({needs}), got {list(values)}",
+                hint=f"torchao's {needs} grouped GEMM needs K, N and each expert's group of tokens to be "
+                f"multiples of {alignment}, e.g. {alignment}, {alignment * 6}, {alignment * 16}",
+            )
+
+
+def grouped_recipes(
+    recipes: Sequence[str] | None,
+    defaults: Sequence[str],
+    *,
+    emulate: bool,
+    capability: tuple[int, int] | None,
+) -> tuple[str, ...]:
+    """bf16 first, then the grouped recipes given (as `recipes.parse_recipe` names them: "mxfp8" is
+    mxfp8_rceil), or the defaults of this device (`default_recipes` of the named grid's `defaults`)."""
+    if not recipes:
+        return default_recipes(defaults, capability, emulate=emulate)
+    names = [name if name == BASELINE else parse_recipe(name).value for name in recipes]
+    unknown = [name for name in names if name != BASELINE and name not in GROUPED_RECIPES]
+    if unknown:
+        raise AdvisorError(
+            f"--recipes {','.join(unknown)}: grouped GEMMs have one float8 recipe, {GROUPED_RECIPES[0]} (and "
+            f"MXFP8's {', '.join(r for r in GROUPED_RECIPES if is_mx(r))})",
+            hint="leave --recipes out with --grouped (bf16, rowwise and what else this GPU runs)",
+        )
+    chosen = tuple(dict.fromkeys([BASELINE, *names]))
+    check_recipes_on_device(chosen, None if emulate else capability)
+    return chosen
 
 
 #: The recipes torchao 0.18 runs grouped expert GEMMs with: float8 rowwise (`Float8TrainingRecipe.
@@ -112,10 +175,13 @@ __all__ = [
     "FLOAT8_GROUPED_ALIGNMENT",
     "GROUPED_RECIPES",
     "MX_GROUPED_GPU_ALIGNMENT",
+    "aligned_tokens",
+    "check_grouped_alignment",
     "check_linear_dims",
     "check_recipes_on_device",
     "default_recipes",
     "gpu_capability",
     "grouped_alignment",
+    "grouped_recipes",
     "is_mx",
 ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -218,9 +218,12 @@ def _paired_points(
     # the profile's grouped section holds one recipe, rowwise: MXFP8 grouped points are left out, said
     mx_grouped = [pair for pair in grouped_pairs if pair.recipe != GROUPED_PROFILE_RECIPE]
     if mx_grouped:
+        counts = Counter(pair.recipe for pair in mx_grouped)
+        counted = ", ".join(f"{count} {recipe}" for recipe, count in counts.items())
         absurd_grouped += (
-            f"{len(mx_grouped)} grouped {mx_grouped[0].recipe} point(s) left out: a profile's grouped "
-            f"section holds {GROUPED_PROFILE_RECIPE} only (the grouped roofline predicts MXFP8 experts)",
+            f"grouped MXFP8 point(s) left out ({counted}): a profile's grouped section holds "
+            f"{GROUPED_PROFILE_RECIPE} only, it has no per-recipe grouped section (the grouped roofline "
+            "predicts MXFP8 experts)",
         )
     grouped = []
     for pair in grouped_pairs:

@@ -31,7 +31,9 @@ saved A and G, no kernel added)
 So 5 kernels for the forward and dgrad and 6 more for the weight gradient (11; 5 with `wgrad_with_hp`),
 none fused into their neighbours (torchao's custom ops). The three `torch._scaled_grouped_mm` read their
 scales too: `roofline.grouped_gemm_time_s` in "mxfp8" adds (reads) / 32, as torchao's roofline does.
-Token-group padding (`pad_token_groups_for_grouped_mm`) is off in every MXFP8 recipe of torchao 0.18.
+Token-group padding inside torchao (`pad_token_groups_for_grouped_mm`) is off in every MXFP8 recipe of
+torchao 0.18: the rows given here are what reaches the kernels. torchtitan pads each group to 128 rows in its
+token dispatcher (`padded_rows`, which `roofline.grouped_fwd_bwd_time_s` applies before counting).
 """
 
 from __future__ import annotations
@@ -39,20 +41,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from fp8advisor.recipes import MX_BLOCK_SIZE, Recipe, parse_recipe
-
-BF16, E4M3, E8M0 = 2, 1, 1
-#: The blocked scale layout's tile: 128 rows x 4 scale columns.
-TILE_ROWS, TILE_SCALE_COLUMNS = 128, 4
+from fp8advisor.predict.mx_roofline import (
+    BF16,
+    E4M3,
+    E8M0,
+    TILE_ROWS,
+    TILE_SCALE_COLUMNS,
+    blocked_scale_bytes,
+)
+from fp8advisor.recipes import MX_BLOCK_SIZE, MX_GROUPED_ALIGNMENT, Recipe, parse_recipe
 
 
 def _up(value: float, multiple: int) -> float:
     return math.ceil(value / multiple) * multiple
-
-
-def _blocked(rows: float, columns: float) -> float:
-    """Bytes of the scales of a rows x columns tensor cast along `columns`, in the blocked layout."""
-    return _up(rows, TILE_ROWS) * _up(columns / MX_BLOCK_SIZE, TILE_SCALE_COLUMNS) * E8M0
 
 
 def _cast(elements: float) -> float:
@@ -72,11 +73,11 @@ def grouped_kernel_bytes(
     W = E * K * N
     scales = {"A": M * K / MX_BLOCK_SIZE, "G": M * N / MX_BLOCK_SIZE, "W": W / MX_BLOCK_SIZE}
     kernels = [
-        ("fwd: 1x32 cast of A along K, blocked scales", _cast(M * K) + _blocked(M, K)),
+        ("fwd: 1x32 cast of A along K, blocked scales", _cast(M * K) + blocked_scale_bytes(M, K)),
         ("fwd: 1x32 cast of W along K", _cast(W) + scales["W"]),
-        ("fwd: W's scales to the per-expert blocked layout", scales["W"] + E * _blocked(N, K)),
-        ("bwd: 1x32 cast of G along N, blocked scales", _cast(M * N) + _blocked(M, N)),
-        ("bwd: 32x1 cast of W along N, blocked scales", _cast(W) + E * _blocked(K, N)),
+        ("fwd: W's scales to the per-expert blocked layout", scales["W"] + E * blocked_scale_bytes(N, K)),
+        ("bwd: 1x32 cast of G along N, blocked scales", _cast(M * N) + blocked_scale_bytes(M, N)),
+        ("bwd: 32x1 cast of W along N, blocked scales", _cast(W) + E * blocked_scale_bytes(K, N)),
     ]
     if recipe.grad_weight_in_bf16:
         return kernels
@@ -97,6 +98,12 @@ def grouped_kernel_bytes(
     return kernels
 
 
+def padded_rows(rows: Sequence[float]) -> list[float]:
+    """Each expert's token group padded up to `recipes.MX_GROUPED_ALIGNMENT` (128) rows, as torchtitan 0.3's
+    MXFP8 token dispatcher pads it (`pad_multiple`) for torchao's sm_100 cast; an empty group stays empty."""
+    return [_up(m, MX_GROUPED_ALIGNMENT) if m > 0 else 0.0 for m in rows]
+
+
 def grouped_recipe_for(recipe: Recipe | str) -> Recipe:
     """The recipe routed experts run beside Linear layers of `recipe`, as torchtitan 0.3's converters pair
     them: rowwise for every float8 recipe (torchao's only float8 grouped recipe), the MXFP8 recipe itself for
@@ -106,4 +113,4 @@ def grouped_recipe_for(recipe: Recipe | str) -> Recipe:
     return recipe if recipe.is_mx else Recipe.ROWWISE
 
 
-__all__ = ["grouped_kernel_bytes", "grouped_recipe_for"]
+__all__ = ["grouped_kernel_bytes", "grouped_recipe_for", "padded_rows"]

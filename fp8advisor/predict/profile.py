@@ -115,7 +115,8 @@ class Profile:
             unsupported = Recipe(recipe).is_mx and mx_unsupported_reason(capability)
             if unsupported:
                 raise ProfileError(
-                    f"profile {self.name!r} has no figures for {Recipe(recipe)}: {unsupported}",
+                    f"profile {self.name!r} ({self.family}) has no figures for {Recipe(recipe)}: "
+                    f"{unsupported}",
                     hint="use --gpu B200 (or GB200, B300) for MXFP8 advice, or a float8 recipe",
                 ) from None
             raise ProfileError(

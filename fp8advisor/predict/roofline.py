@@ -273,12 +273,15 @@ def grouped_fwd_bwd_time_s(
     """Modelled forward+backward time of one expert GEMM set (E = len(rows) experts, expert e with rows[e]):
     bf16 grouped GEMMs, or low-precision grouped GEMMs plus torchao's kernels of the grouped recipe: rowwise
     (`grouped_cast_kernel_bytes`) or MXFP8 (`mx_grouped.grouped_kernel_bytes`, block-scaled GEMMs reading
-    their scales; `mxfp8_rceil_wgrad_with_hp`'s grad_weight GEMM in bf16)."""
+    their scales; `mxfp8_rceil_wgrad_with_hp`'s grad_weight GEMM in bf16). MXFP8 runs each expert's token
+    group padded to 128 rows (`mx_grouped.padded_rows`: torchtitan's pad_multiple, what the GPU's cast
+    needs)."""
     if recipe_or_bf16 == BASELINE:
         return grouped_gemm_time_s(rows, K, N, "bf16", gpu)
     recipe = Recipe(recipe_or_bf16)
     if recipe.is_mx:
         specs = get_specs(gpu)
+        rows = mx_grouped.padded_rows(rows)
         gemms = grouped_gemm_time_s(
             rows, K, N, "mxfp8", specs, "bf16" if recipe.grad_weight_in_bf16 else None
         )

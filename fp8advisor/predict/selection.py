@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from fp8advisor.errors import ProfileError, quote
-from fp8advisor.gpus import gpu_family
+from fp8advisor.gpus import gpu_family, sibling_family
 from fp8advisor.predict.figures import PROVENANCE_RANK
 from fp8advisor.predict.grouped_profile import GroupedProfile
 from fp8advisor.predict.profile import Profile
@@ -292,6 +292,11 @@ def _select_profile(
         if shipped:
             why = f"the shipped profile for {gpu_words}"
             return _pair(_shipped_best(shipped), why, scans, grouped_source)
+        sibling = _sibling_shipped(family, scans)
+        if sibling:  # GB200, B300: Blackwell's shipped profile (and its MXFP8 roofline), not Hopper's
+            why = f"no shipped profile for {gpu_words}: "
+            why += f"the shipped {sibling[0].family} one (same architecture)"
+            return _pair(_shipped_best(sibling), why, scans, grouped_source)
 
     shipped_default = [
         p
@@ -308,6 +313,17 @@ def _select_profile(
     return _pair(
         _shipped_best(shipped_default), f"{why}: the shipped {DEFAULT_FAMILY} profile", scans, grouped_source
     )
+
+
+def _sibling_shipped(family: str, scans) -> list:
+    """The shipped profiles of a family of `family`'s architecture (`gpus.sibling_family`), if any."""
+    shipped = [
+        p
+        for p in scans.profiles(shipped_profile_dir())
+        if p.provenance in ("measured", "evidence", "published") and p.recipes
+    ]
+    sibling = sibling_family(family, {p.family for p in shipped})
+    return [p for p in shipped if p.family == sibling] if sibling else []
 
 
 __all__ = [

@@ -19,7 +19,8 @@ Which layers it trains in float8 (`current_conversion`), found as `verify` finds
   megatron-core is installed, else the simulated matcher (`megatron_check.file_float8_modules`); a module in
   float8 puts the traced Linear layers it fuses in float8 (`emit.megatron.plan`'s mapping), priced as those
   layers (the fused GEMM is not priced as one); Megatron's `output_layer` is never float8. Transformer
-  Engine's tensorwise is priced with torchao's tensorwise figures;
+  Engine's tensorwise is priced with torchao's tensorwise figures, its mxfp8 with torchao's mxfp8_rceil
+  figures (`megatron_check.file_recipe`);
 - a bare filter list names no recipe: it trains with the advice's (`--recipe`'s when given).
 
 The step (`predict_current`): `fp8advisor.advice.step.predict_step` with the step configuration, GPU and
@@ -167,7 +168,7 @@ def _linear_conversion(current: CurrentFile, config: FrameworkConfig, target: st
     swapped = convert_experts(model, config, groups)
     in_float8 = tuple(g.group for g in groups if all(m in swapped for m in expert_modules(g)))
     how = (
-        f"torchao's {_swap(config.recipe)} with the file's filter ({config.rule})"
+        f"{_swap(config)} with the file's filter ({config.rule})"
         if config.enabled
         else "FP8 is off in the file: no Linear layer converts"
     )
@@ -188,13 +189,13 @@ def _linear_conversion(current: CurrentFile, config: FrameworkConfig, target: st
 def _megatron_conversion(current: CurrentFile, advice) -> CurrentConfig:
     """The traced Linear layers a Megatron precision config puts in float8: those fused in each Transformer
     Engine module its matcher quantizes (`emit.megatron.plan` maps the model onto Megatron's GPTModel)."""
-    from fp8advisor.emit.megatron import plan
+    from fp8advisor.emit.megatron import plan, te_recipe
     from fp8advisor.verification.megatron_check import file_float8_modules
     from fp8advisor.verification.native import NotRun
 
     mapped = plan(replace(advice, recipe=Recipe.TENSORWISE))  # names only: every decision is the file's
     modules = {module.name: module for module in mapped.modules}
-    float8, native, other_recipes = file_float8_modules(current.path, list(modules), mapped.n_layers)
+    float8, native, recipe, other_recipes = file_float8_modules(current.path, list(modules), mapped.n_layers)
     converted = {part.fqn for name in float8 if name in modules for part in modules[name].parts}
     how = (
         f"{native.note()}; the first-match glob rule on Megatron's module names"
@@ -205,13 +206,13 @@ def _megatron_conversion(current: CurrentFile, advice) -> CurrentConfig:
         "Megatron's fused linear_qkv and linear_fc1 are priced as the Linear layers they fuse",
         "assumes --fp8-format on Megatron's command line (the config turns no module on without it)",
     ]
-    notes += [f"{detail}: priced with torchao's tensorwise figures" for detail in other_recipes]
+    notes += [f"{detail}: priced with torchao's {recipe.value} figures" for detail in other_recipes]
     return CurrentConfig(
         current.path,
         current.format,
         bool(float8),
-        Recipe.TENSORWISE,
-        "the file (Transformer Engine's tensorwise)",
+        recipe,
+        f"the file (Transformer Engine's {te_recipe(recipe)})",
         _in_model_order(converted, advice),
         (),
         None,
@@ -405,9 +406,14 @@ def _layers_for(recipe: Recipe, advice, model_layers, profile_choice, predictor:
     return tuple(decided), tuple(experts)
 
 
-def _swap(recipe) -> str:
-    """torchao's conversion for the recipe: `convert_to_float8_training`, or MXFP8's `quantize_`."""
-    return "quantize_ with MXFP8TrainingOpConfig" if recipe.is_mx else "convert_to_float8_training"
+def _swap(config: FrameworkConfig) -> str:
+    """Who converts the file's Linear layers, in words: torchao's `convert_to_float8_training`, or for MXFP8
+    torchtitan 0.3's MXFP8LinearConverter (a torchtitan-py file) or torchao's `quantize_`."""
+    if not config.recipe.is_mx:
+        return "torchao's convert_to_float8_training"
+    if config.framework is ConfigFormat.TORCHTITAN_PY:
+        return "torchtitan 0.3's MXFP8LinearConverter (torchao's MXFP8 quantize_, MXFP8TrainingOpConfig)"
+    return "torchao's MXFP8 quantize_ with MXFP8TrainingOpConfig"
 
 
 __all__ = [

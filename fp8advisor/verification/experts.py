@@ -83,9 +83,14 @@ def experts_summary(report) -> str:
     if not checks:
         return ""
     agree = all(not check.problems for check in checks)
+    why = (
+        "the step runs them in bf16"
+        if report.recipe.is_mx
+        else "torchao's float8 grouped GEMM needs a CUDA GPU"
+    )
     return (
         f"; the {len(checks)} expert group(s): {'converted as advised' if agree else 'see the differences'}, "
-        "checked on the meta model (not run: torchao's float8 grouped GEMM needs a CUDA GPU)"
+        f"checked on the meta model (not run: {why})"
     )
 
 
@@ -95,6 +100,15 @@ EXPERTS_NOT_RUN = (
     "Float8TrainingWeightWrapperTensor), not run: torchao's float8 grouped GEMM casts with Triton kernels "
     "and multiplies with torch._scaled_grouped_mm, CUDA only (no emulated path), so the step runs them"
     " in bf16"
+)
+
+
+#: The same for MXFP8 experts: torchao's EMULATED MX grouped GEMM runs on the CPU (bench --grouped
+#: --emulate measures it), but verify's step keeps the experts in bf16 as for float8.
+MX_EXPERTS_NOT_RUN = (
+    "the MoE experts' MXFP8 conversion was checked on the meta model (parameters swapped to torchao's "
+    "MXFP8TrainingWeightWrapperTensor, or torchtitan's MXFP8 GroupedExperts), not run: the step runs them "
+    "in bf16 (their emulated MX grouped GEMM is checked against torchao's by the tests of bench --grouped)"
 )
 
 
@@ -151,7 +165,7 @@ def check_experts(
                 NOT_AN_EXPERT_GROUP,
             )
         )
-    notes = [EXPERTS_NOT_RUN] if swapped else []
+    notes = [MX_EXPERTS_NOT_RUN if config.recipe.is_mx else EXPERTS_NOT_RUN] if swapped else []
     if all_or_none and len({group.convert for group in groups}) > 1:
         notes.append(
             f"{config.framework.value} converts every expert group or none: checked against that choice "
@@ -187,6 +201,7 @@ def _expert_mismatch(group, expected: bool, all_or_none: bool) -> str:
 
 __all__ = [
     "EXPERTS_NOT_RUN",
+    "MX_EXPERTS_NOT_RUN",
     "NOT_AN_EXPERT_GROUP",
     "check_experts",
     "convert_experts",

@@ -172,13 +172,16 @@ def _float8_modules(
 
 def file_float8_modules(
     path: Path, names: list[str], n_layers: int
-) -> tuple[frozenset[str], NativeConversion | NotRun, tuple[str, ...]]:
+) -> tuple[frozenset[str], NativeConversion | NotRun, Recipe, tuple[str, ...]]:
     """For `suggest --current`: the modules of `names` the precision config at `path` puts in float8 and who
-    said so (`_float8_modules`: Megatron-Core's own matcher, else the simulation), and the details of its
-    float8 configs that train otherwise than torchao's tensorwise (`_config_differences`)."""
+    said so (`_float8_modules`: Megatron-Core's own matcher, else the simulation), the torchao recipe its
+    float8 configs stand for (`file_recipe`: tensorwise, or mxfp8_rceil for TE's mxfp8), and the details of
+    its float8 configs that train otherwise than that recipe (`_config_differences`)."""
     document = load_yaml(path, read_config_text(path))
     float8, native = _float8_modules(path, document, names, n_layers)
-    return float8, native, tuple(difference.detail for difference in _config_differences(path, document))
+    recipe = file_recipe(document)
+    details = tuple(difference.detail for difference in _config_differences(path, document, recipe))
+    return float8, native, recipe, details
 
 
 def _checked_document(path: Path, document: Any) -> tuple[dict, dict]:
