@@ -109,7 +109,7 @@ class StubExperts:
         self.calls: list[tuple[str, float]] = []
         self.groups: list[ExpertGroup] = []  # the groups asked about, as the predictor saw them
 
-    def __call__(self, group, imbalance):
+    def __call__(self, group, imbalance, recipe):
         self.calls.append((group.fqn, imbalance))
         self.groups.append(group)
         bf16 = 1e-3 * len(group.gemms)

@@ -86,8 +86,8 @@ def advise(
 
     Routed experts (`model_layers.expert_groups`) are decided one group at a time (`decide_experts`), on
     their prediction under balanced routing; `expert_imbalance` (>= 1: the busiest expert's rows over the
-    mean) gives each group's speedup range. `expert_predictor(group, imbalance)` replaces the profile's
-    grouped predictions (tests). The strategies' Linear-time speedups leave grouped experts out (see
+    mean) gives each group's speedup range. `expert_predictor(group, imbalance, grouped recipe)` replaces the
+    profile's grouped predictions (tests). The strategies' Linear-time speedups leave grouped experts out (see
     `Advice.gemm_speedup_with_experts`). `expert_parallel` P: each group as one GPU runs it, E / P experts
     at M total x P / E rows each under balanced routing (`local_experts`); P must divide every group's E.
     The dense Linear layers do not depend on P; the all-to-all dispatch and combine are not modelled.

@@ -25,9 +25,9 @@ from fp8advisor.predict.figures import weakest_provenance
 from fp8advisor.recipes import MX_GROUPED_ALIGNMENT, Recipe, dims_supported
 from fp8advisor.request import check_expert_imbalance
 
-#: `expert_predictor(group, imbalance[, grouped_recipe])` -> `predict.speedup.GroupTimes` (None: M per expert
-#: unknown); the grouped recipe is passed only when it is not rowwise (an MXFP8 recipe).
-ExpertPredictor = Callable[..., Any]
+#: `expert_predictor(group, imbalance, grouped_recipe)` -> `predict.speedup.GroupTimes` (None: M per expert
+#: unknown).
+ExpertPredictor = Callable[[ExpertGroup, float, Recipe], Any]
 
 
 def check_expert_parallel(expert_parallel: int, groups: Sequence[ExpertGroup]) -> int:
@@ -89,7 +89,7 @@ def default_expert_predictor(profile_choice) -> ExpertPredictor:
         )
         return predict_expert_group(profile_choice, shape, imbalance, recipe)
 
-    def predict(group: ExpertGroup, imbalance: float, recipe: Recipe = Recipe.ROWWISE):
+    def predict(group: ExpertGroup, imbalance: float, recipe: Recipe):
         gemms = tuple((gemm.K, gemm.N) for gemm in group.gemms)
         return by_shape(group.n_experts, group.M_total, gemms, imbalance, recipe)
 
@@ -200,8 +200,7 @@ def _decide_group(
     )
     timing: dict[str, Any] = {}
     if grouped:
-        extra = (grouped_recipe,) if grouped_recipe.is_mx else ()  # rowwise: the predictor's default
-        times = expert_predictor(local, imbalance, *extra) if local.M_total else None
+        times = expert_predictor(local, imbalance, grouped_recipe) if local.M_total else None
         if times is not None:
             timing = dict(
                 predicted_speedup=times.bf16_s / times.float8_s,

@@ -31,15 +31,13 @@ from fp8advisor.errors import AdvisorError
 from fp8advisor.recipes import (
     BASELINE,
     MX_BLOCK_SIZE,
+    MX_GROUPED_ALIGNMENT,
     Recipe,
     mx_unsupported_reason,
     parse_recipe,
     recipes_for_compute_capability,
 )
 
-#: What torchao 0.18's MXFP8 grouped GEMM asserts of K, the token rows and (through grad_output) N on a GPU
-#: (`mxfp8_quantize_2d_1x32_cutedsl`); its emulated path needs the scale block only.
-MX_GROUPED_GPU_ALIGNMENT = 128
 #: torchao's float8 grouped GEMM: K, N and every group's size multiples of 16.
 FLOAT8_GROUPED_ALIGNMENT = 16
 
@@ -115,7 +113,7 @@ def grouped_alignment(recipe: str, *, emulate: bool) -> int:
     """What K, N and M_per_expert must be multiples of for a grouped point of `recipe` (module docstring)."""
     if recipe == BASELINE or not is_mx(recipe):
         return FLOAT8_GROUPED_ALIGNMENT
-    return MX_BLOCK_SIZE if emulate else MX_GROUPED_GPU_ALIGNMENT
+    return MX_BLOCK_SIZE if emulate else MX_GROUPED_ALIGNMENT
 
 
 def aligned_tokens(tokens: Sequence[int], recipes: Sequence[str], *, emulate: bool) -> list[int]:
@@ -174,7 +172,6 @@ GROUPED_RECIPES: tuple[str, ...] = (Recipe.ROWWISE.value, *(r.value for r in Rec
 __all__ = [
     "FLOAT8_GROUPED_ALIGNMENT",
     "GROUPED_RECIPES",
-    "MX_GROUPED_GPU_ALIGNMENT",
     "aligned_tokens",
     "check_grouped_alignment",
     "check_linear_dims",

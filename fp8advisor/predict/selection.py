@@ -298,11 +298,7 @@ def _select_profile(
             why += f"the shipped {sibling[0].family} one (same architecture)"
             return _pair(_shipped_best(sibling), why, scans, grouped_source)
 
-    shipped_default = [
-        p
-        for p in scans.profiles(shipped_profile_dir())
-        if p.family == DEFAULT_FAMILY and p.provenance in ("measured", "evidence", "published") and p.recipes
-    ]
+    shipped_default = [p for p in _shipped_with_figures(scans) if p.family == DEFAULT_FAMILY]
     if not shipped_default:
         raise ProfileError(
             f"no shipped {DEFAULT_FAMILY} profile found in {shipped_profile_dir()}",
@@ -315,13 +311,19 @@ def _select_profile(
     )
 
 
-def _sibling_shipped(family: str, scans) -> list:
-    """The shipped profiles of a family of `family`'s architecture (`gpus.sibling_family`), if any."""
-    shipped = [
+def _shipped_with_figures(scans) -> list:
+    """The shipped profiles a GPU without its own may borrow: measured, evidence or published, with
+    recipes."""
+    return [
         p
         for p in scans.profiles(shipped_profile_dir())
         if p.provenance in ("measured", "evidence", "published") and p.recipes
     ]
+
+
+def _sibling_shipped(family: str, scans) -> list:
+    """The shipped profiles of a family of `family`'s architecture (`gpus.sibling_family`), if any."""
+    shipped = _shipped_with_figures(scans)
     sibling = sibling_family(family, {p.family for p in shipped})
     return [p for p in shipped if p.family == sibling] if sibling else []
 

@@ -22,13 +22,11 @@ def converted_fqns(model: nn.Module) -> set[str]:
     Float8Linear modules, and nn.Linear whose weight is torchao's MXFP8 training tensor
     (`recipes.is_converted`) or that are torchao's MXFP8Linear module (torchtitan 0.3's MX converter builds
     its subclass)."""
-    float8_linear = compat.float8_linear()
-    mx_linear = compat.mx_linear_class()
+    mx_linear = compat.mx_linear_class()  # not an nn.Linear with a wrapped weight: a module of its own
     return {
         fqn
         for fqn, module in model.named_modules()
-        if isinstance(module, (float8_linear, mx_linear))
-        or (isinstance(module, nn.Linear) and is_converted(module))
+        if isinstance(module, mx_linear) or (isinstance(module, nn.Linear) and is_converted(module))
     }
 
 
