@@ -21,11 +21,16 @@ column scales in afterwards (`addmm_float8_unwrapped`), on a GPU as here.
 Usage:
 
     python benchmarks/make_cpu_traces.py [--out tests/data/traces/cpu] [--layers 1] [--no-compile]
+        [--only FILE[,FILE...]]
+
+`--only` records the named files alone and keeps the other entries of an existing MANIFEST.json (each entry
+says when, and with which versions, its file was recorded).
 
 What one run writes under `--out` (gzipped Chrome/Kineto JSON; gzip header without a time stamp or name):
 
 - `llama-bf16.json.gz`: the model in bf16, eager, `record_shapes=True`;
-- `llama-float8-tensorwise.json.gz`, `llama-float8-rowwise.json.gz`: torchao's "tensorwise" / "rowwise"
+- `llama-float8-tensorwise.json.gz`, `llama-float8-rowwise.json.gz`,
+  `llama-float8-rowwise_with_gw_hp.json.gz`: torchao's "tensorwise" / "rowwise" / "rowwise_with_gw_hp"
   recipe on every Linear except the kept set (`output` and every block's `attention.wk` / `attention.wv`),
   so the trace holds a mixed conversion: float8 GEMMs for the converted layers, bf16 ones for the kept layers,
   whose shapes (K=256, N=64 and K=256, N=2048) no converted layer shares;
@@ -34,6 +39,11 @@ What one run writes under `--out` (gzipped Chrome/Kineto JSON; gzip header witho
 - `llama-bf16-compiled.json.gz`: bf16 with each block and the head `torch.compile`d (torchtitan's way),
   compiled in one extra training step before profiling (so its losses are one step ahead of the others);
   skipped with `--no-compile`, or when compiling takes more than 60 s;
+- `moe-bf16.json.gz`: the project's MoE example (`data/models/moe.py:build_model`, one block: attention,
+  a router over 4 experts, top 3, whose 3-D weights run through `torch._grouped_mm`, and a shared expert) in
+  bf16. On the CPU `_grouped_mm` runs one `aten::mm` per expert inside it, forward (`a[384, 256] @ b[4, 256,
+  512]`) and in `GroupedMmBackward0` (the input gradient 2-D x 3-D, the weight gradient 2-D x 2-D split by
+  the offsets). No float8 MoE trace: torch's `_scaled_grouped_mm` has no CPU kernel;
 - `MANIFEST.json`: per file, the factory call, batch, seq, recipe, converted and kept FQNs, losses, size;
   the torch / torchao versions, date and command. Each trace also carries the model, recipe and converted
   FQNs under its top-level key `fp8advisor_make_cpu_traces` (torch.profiler's `add_metadata_json`).
@@ -80,20 +90,38 @@ KEPT_SUFFIXES = ("output", "attention.wk", "attention.wv")
 WHAT = "recorded by torch.profiler on the CPU (no device records) by benchmarks/make_cpu_traces.py"
 
 
+#: The MoE example's sizes: three distinct GEMM sizes in its experts (dim 256, M_total = 128 tokens x top 3
+#: = 384 rows, expert hidden 512), K and N multiples of 16; the router's N = 4 keeps it out of float8.
+MOE_OVERRIDES = {
+    "dim": 256,
+    "n_heads": 8,
+    "vocab_size": VOCAB_SIZE,
+    "n_experts": 4,
+    "top_k": 3,
+    "expert_hidden_dim": 512,
+    "shared_hidden_dim": 320,
+}
+#: model name -> (file, factory)
+MODELS = {"llama": (MODEL_FILE, FACTORY), "moe": ("data/models/moe.py", "build_model")}
+
+
 @dataclasses.dataclass(frozen=True)
 class Variant:
     file: str
     recipe: str | None = None  # torchao recipe name; None: bf16, no conversion
     record_shapes: bool = True
     compile: bool = False
+    model: str = "llama"  # a key of MODELS
 
 
 VARIANTS = (
     Variant("llama-bf16.json.gz"),
     Variant("llama-float8-tensorwise.json.gz", recipe="tensorwise"),
     Variant("llama-float8-rowwise.json.gz", recipe="rowwise"),
+    Variant("llama-float8-rowwise_with_gw_hp.json.gz", recipe="rowwise_with_gw_hp"),
     Variant("llama-bf16-noshapes.json.gz", record_shapes=False),
     Variant("llama-bf16-compiled.json.gz", compile=True),
+    Variant("moe-bf16.json.gz", model="moe"),
 )
 
 
@@ -104,16 +132,29 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--layers", type=int, default=DEFAULT_LAYERS, help=f"blocks ({DEFAULT_LAYERS})")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile'd bf16 trace")
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--only",
+        type=lambda text: [name.strip() for name in text.split(",") if name.strip()],
+        default=None,
+        help="record these files alone (comma-separated), keeping the other entries of MANIFEST.json",
+    )
+    args = parser.parse_args(argv)
+    known = {variant.file for variant in VARIANTS}
+    unknown = sorted(set(args.only or ()) - known)
+    if unknown:
+        parser.error(f"--only: unknown file(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+    return args
 
 
-def model_overrides(layers: int) -> dict:
-    """The keyword arguments given to the factory."""
+def model_overrides(model: str, layers: int) -> dict:
+    """The keyword arguments given to the model's factory."""
+    if model == "moe":
+        return {"n_layers": layers, **MOE_OVERRIDES}
     return {"n_layers": layers, "vocab_size": VOCAB_SIZE}
 
 
-def build_model(overrides: dict):
-    """The example model in bf16 on the CPU, seeded: the same weights for every variant."""
+def build_model(model: str, overrides: dict):
+    """The example model in bf16 on the CPU, seeded: the same weights for every variant of it."""
     import torch
 
     from fp8advisor.inspect.target import load_model
@@ -121,8 +162,9 @@ def build_model(overrides: dict):
     torch.manual_seed(SEED)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)
+    model_file, factory = MODELS[model]
     try:
-        return load_model(str(REPO / f"{MODEL_FILE}:{FACTORY}"), "cpu", overrides=overrides).model
+        return load_model(str(REPO / f"{model_file}:{factory}"), "cpu", overrides=overrides).model
     finally:
         torch.set_default_dtype(previous)
 
@@ -162,7 +204,7 @@ def make_step(model, *, compile: bool) -> Callable[[], float]:
 
     loss_fn = make_loss_function(model, compile=compile)  # train_step.py's: the same step as on the GPU
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, foreach=True)
-    tokens, labels = make_batch(model.args.vocab_size)
+    tokens, labels = make_batch(model.tok_embeddings.num_embeddings)
 
     def step() -> float:
         loss = loss_fn(tokens, labels)
@@ -201,12 +243,13 @@ def gzip_file(source: Path, target: Path) -> None:
             shutil.copyfileobj(raw, packed)
 
 
-def run_variant(variant: Variant, overrides: dict, out: Path, scratch: Path) -> dict:
+def run_variant(variant: Variant, layers: int, out: Path, scratch: Path) -> dict:
     """Build, convert, (compile,) profile one variant; its manifest entry. Raises on a compile over time."""
     import torch
 
     torch._dynamo.reset()
-    model = build_model(overrides)
+    overrides = model_overrides(variant.model, layers)
+    model = build_model(variant.model, overrides)
     converted = convert(model, variant.recipe)
     step = make_step(model, compile=variant.compile)
     compile_s = None
@@ -216,10 +259,13 @@ def run_variant(variant: Variant, overrides: dict, out: Path, scratch: Path) -> 
         compile_s = round(time.perf_counter() - started, 1)
         if compile_s > COMPILE_LIMIT_S:
             raise TimeoutError(f"compiling took {compile_s} s (> {COMPILE_LIMIT_S:.0f} s)")
+    model_file, factory = MODELS[variant.model]
     entry = {
         "what": WHAT,
-        "model": f"{MODEL_FILE}:{FACTORY}({_call_arguments(overrides)})",
-        "model_factory": FACTORY,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "versions": versions(),
+        "model": f"{model_file}:{factory}({_call_arguments(overrides)})",
+        "model_factory": factory,
         "model_overrides": overrides,
         "dtype": "bfloat16",
         "batch": BATCH,
@@ -267,6 +313,16 @@ def versions() -> dict:
     return {"python": sys.version.split()[0], "torch": torch.__version__, "torchao": torchao.__version__}
 
 
+def kept_manifest(path: Path, only: Sequence[str] | None) -> dict:
+    """With `--only`, the existing manifest's entries of the other files, each with the command, date and
+    versions it was recorded with; {} without `--only` or a manifest."""
+    if only is None or not path.is_file():
+        return {}
+    old = json.loads(path.read_text())
+    stamp = {key: old.get(key) for key in ("command", "date", "versions")}
+    return {name: {**stamp, **entry} for name, entry in old.get("files", {}).items() if name not in only}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -275,19 +331,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         "command": shlex.join([Path(sys.executable).name, *sys.argv]),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "versions": versions(),
-        "files": {},
+        "files": kept_manifest(args.out / "MANIFEST.json", args.only),
         "skipped": {},
     }
     with tempfile.TemporaryDirectory() as scratch:
         for variant in VARIANTS:
+            if args.only is not None and variant.file not in args.only:
+                continue
             if variant.compile and args.no_compile:
                 manifest["skipped"][variant.file] = "--no-compile"
                 continue
             print(f"recording {variant.file}", file=sys.stderr)
             try:
-                manifest["files"][variant.file] = run_variant(
-                    variant, model_overrides(args.layers), args.out, Path(scratch)
-                )
+                entry = run_variant(variant, args.layers, args.out, Path(scratch))
+                manifest["files"][variant.file] = {"command": manifest["command"], **entry}
             except TimeoutError as error:  # only the optional compiled trace may be skipped
                 manifest["skipped"][variant.file] = str(error)
                 (args.out / variant.file).unlink(missing_ok=True)

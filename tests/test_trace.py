@@ -24,6 +24,7 @@ from fp8advisor.traces.analysis import analyse
 from fp8advisor.traces.comparison import compare, read_measured
 from fp8advisor.traces.events import read_trace, trace_files
 from fp8advisor.traces.kernel_rules import RULES, Kind, classify, load_rules
+from fp8advisor.traces.layer_match import ModelLinear
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / "data/results/h200-2026-11-26"
@@ -129,7 +130,11 @@ def test_h200_two_traces_measure_each_group_and_decompose_the_step(tmp_path):
     from fp8advisor.inspect.layers import inspect_model
 
     model_layers = inspect_model(LLAMA_18, batch=1, seq=8192)
-    layers = [(layer.fqn, layer.M, layer.K, layer.N) for layer in model_layers.layers if layer.is_linear]
+    layers = [
+        ModelLinear(layer.fqn, layer.M, layer.K, layer.N, False)
+        for layer in model_layers.layers
+        if layer.is_linear
+    ]
     bf16 = [analysis(TRACES / "tensorwise/step-8192-bf16.json.gz")]
     float8 = [analysis(TRACES / "tensorwise/step-8192-float8_advice-tensorwise.json.gz")]
     comparison = compare(bf16, float8, layers)

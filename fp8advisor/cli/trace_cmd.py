@@ -181,7 +181,7 @@ def _match_model(model, analyses, batch, seq, config, trust_config, recipe):
         )
     if traced.seq_from_trace:
         err_console.print(f"note: the trace's GEMMs fit {model} at batch {traced.batch} x seq {traced.seq}")
-    return traced, check_layers(traced.linears, analyses)
+    return traced, check_layers(traced.layers, analyses)
 
 
 def _compare(sides, traced, recipe, profile):
@@ -194,7 +194,7 @@ def _compare(sides, traced, recipe, profile):
             "the first trace ran more float8 GEMMs than the second",
             hint="give the bf16 trace first, then the float8 one",
         )
-    layers = [(linear.fqn, linear.M, linear.K, linear.N) for linear in traced.linears] if traced else []
+    layers = traced.layers if traced else ()
     comparison = compare(bf16, float8, layers, recipe)
     calibration = _calibrate(comparison, traced, profile) if traced is not None else None
     return comparison, calibration

@@ -105,10 +105,10 @@ def print_layers(traced, runs: Sequence, config: str | None) -> None:
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for column in ["layer", "M x K x N", "ran"] + (["config", "check"] if config else []):
         table.add_column(column, overflow="fold")
-    rows = fold_repeated(runs, lambda run: (run.shape, run.ran, run.expected_float8, run.ok))
+    rows = fold_repeated(runs, lambda run: (run.shape, run.groups, run.ran, run.expected_float8, run.ok))
     for row in rows:
         run = row.members[0]
-        cells = [row.pattern, "x".join(str(size) for size in run.shape), run.ran]
+        cells = [row.pattern, _shape_text(run), run.ran]
         if config:
             check = Text("ok", style="green") if run.ok else Text("DIFFERS", style="bold red")
             cells += ["float8" if run.expected_float8 else "bf16", check]
@@ -129,10 +129,17 @@ def print_layers(traced, runs: Sequence, config: str | None) -> None:
         err_console.print(Text("note: ", style="yellow") + Text(note), soft_wrap=True)
 
 
+def _shape_text(run) -> str:
+    """M x K x N, and for a 3-D expert weight the groups its grouped GEMMs split M into."""
+    text = "x".join(str(size) for size in run.shape)
+    return f"{text} in {run.groups} groups" if run.groups > 1 else text
+
+
 def run_json(run) -> dict:
     return {
         "fqn": run.fqn,
         "shape": list(run.shape),
+        "groups": run.groups,
         "config_float8": run.expected_float8,
         "float8_gemms_per_step": run.float8_gemms,
         "bf16_gemms_per_step": run.bf16_gemms,

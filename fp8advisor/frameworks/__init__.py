@@ -14,7 +14,9 @@ filter (`filters`), and a config file read back as its framework would (`reader.
 - `reader`: a config FILE -> `FrameworkConfig` (`config_record`: FP8 on?, which recipe, which Linear
   converts), by the reader of its format: `torchtitan_reader`, `yaml_reader` (NeMo AutoModel, a filter list),
   `torchao_reader` (torchao, accelerate).
-- `module_rules`: each framework's module filter on a real model, `(module, fqn) -> bool`.
+- `module_rules`: each framework's module filter on a real model, `(module, fqn) -> bool`;
+  `expert_conversion`: which grouped MoE expert groups a config converts, converted on a model (the meta
+  model) as its framework would (`verify`, `suggest --current`, `trace --config`).
 - `python_file`: a Python config read from its syntax tree, never run; `filter_function`: its module filter,
   evaluated by `filter_eval` (in the Python subset of `filter_language`) or, trusted, run alone;
   `module_scope`: which statement binds each name the filter reads, so that what is read is what runs;

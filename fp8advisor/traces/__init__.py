@@ -9,7 +9,8 @@ float8), the measured speedup of each shape group and where the step's time went
 - `kernel_rules`: the one table that says what each kernel is, which `--rules` extends;
 - `gemms`: a GEMM's shape from its op's recorded input shapes; `ShapeGroup` ties a layer's three GEMMs;
 - `analysis`: the steps and their figures (`analyse`);
-- `layer_match`: a model's Linear layers against the trace's GEMMs (did float8 run where the config says);
+- `layer_match`: a model's Linear layers and 3-D expert weights against the trace's GEMMs (did float8 run
+  where the config says); `model_linears`: the model and the config read for that check;
 - `comparison`: two traces of one job, group by group, and the measured-speedups file `suggest --trace` reads;
 - `figures`: the pictures (`--png`).
 """

@@ -356,9 +356,13 @@ def _nests(items: list[tuple[Op, Kind]]) -> list[list[tuple[Op, Kind]]]:
 
 
 def _one_of(nest: list[tuple[Op, Kind]]) -> tuple[Op, Kind]:
-    """The op that stands for a nest: its float8 GEMM if any, else its innermost (last started) op; timed
-    as the outermost op (the whole GEMM as the CPU ran it)."""
-    op, kind = next(((op, kind) for op, kind in nest if kind.is_float8_gemm), nest[-1])
+    """The op that stands for a nest: its float8 GEMM if any, else its grouped GEMM (the CPU's
+    `_grouped_mm` runs one `mm` per group inside it), else its innermost (last started) op; timed as the
+    outermost op (the whole GEMM as the CPU ran it)."""
+    op, kind = next(
+        ((op, kind) for op, kind in nest if kind.is_float8_gemm),
+        next(((op, kind) for op, kind in nest if kind is Kind.GROUPED_GEMM), nest[-1]),
+    )
     return Op(op.name, nest[0][0].ts, nest[0][0].dur, op.dims, op.types), kind
 
 

@@ -30,6 +30,7 @@ from fp8advisor.traces.analysis import StepFigures, TraceAnalysis, mean_over_ste
 from fp8advisor.traces.events import SHAPES_HOW
 from fp8advisor.traces.gemms import ShapeGroup
 from fp8advisor.traces.kernel_rules import Kind
+from fp8advisor.traces.layer_match import ModelLinear
 
 SCHEMA = "fp8advisor.trace-speedups/1"
 
@@ -114,10 +115,10 @@ def step_parts(step: StepFigures) -> dict[str, float]:
 def compare(
     bf16: Sequence[TraceAnalysis],
     float8: Sequence[TraceAnalysis],
-    layers: Sequence[tuple[str, int, int, int]] = (),
+    layers: Sequence[ModelLinear] = (),
     recipe: str | None = None,
 ) -> TraceComparison:
-    """Compare the two sides (module docstring). `layers`: (fqn, M, K, N) of the model's Linear layers, to
+    """Compare the two sides (module docstring). `layers`: the model's Linear layers (and expert weights), to
     name each group's layers. TraceError when a side has no device times or no shapes."""
     for side, analyses in (("bf16", bf16), ("float8", float8)):
         if not all(analysis.on_device for analysis in analyses):
@@ -131,9 +132,9 @@ def compare(
             )
     bf16_groups = _group_times(bf16)
     float8_groups = _group_times(float8)
-    named: dict[ShapeGroup, list[tuple[str, int, int, int]]] = defaultdict(list)
-    for fqn, M, K, N in layers:
-        named[ShapeGroup.of_layer(M, K, N)].append((fqn, M, K, N))
+    named: dict[ShapeGroup, list[ModelLinear]] = defaultdict(list)
+    for layer in layers:
+        named[layer.group].append(layer)
     parts = {
         part: (
             mean_over_steps(bf16, lambda step, part=part: step_parts(step)[part]),
@@ -149,8 +150,8 @@ def compare(
         groups.append(
             GroupComparison(
                 group,
-                tuple(fqn for fqn, *_ in named.get(group, ())),
-                tuple((M, K, N) for _, M, K, N in named.get(group, ())),
+                tuple(layer.fqn for layer in named.get(group, ())),
+                tuple((layer.M, layer.K, layer.N) for layer in named.get(group, ())),
                 b.get("bf16", 0.0) + b.get("float8", 0.0),
                 f.get("float8", 0.0),
                 f.get("bf16", 0.0),

@@ -7,11 +7,15 @@ GEMM launched before the step's first autograd engine call is a forward one), ea
 forward GEMMs: those of exactly its (M, K, N), matched to the layers of that shape in module order (the k-th
 such GEMM of a step to the k-th layer, cyclically: gradient accumulation repeats the forward; the backward is
 left out because a layer of (M, N, K) has an input gradient of the same shape). The group's backward GEMMs are
-then checked as a whole where all its layers train alike: all float8 (the weight gradients bf16 with
-rowwise_with_gw_hp) or none. A trace that does not tell forward from backward is judged group by group: the
-group's float8 share against the config's. M is the tokens one GPU multiplies: give the batch and seq the
-trace was recorded at; when no layer's group is in the trace, `tokens_in_trace` says which M the trace's GEMMs
-fit.
+then checked as a whole where all its layers train alike: all float8 (the weight gradients bf16 where the
+recipe keeps them so: `ModelLinear.bf16_weight_gradient`) or none. A trace that does not tell forward from
+backward is judged group by group: the group's float8 share against the config's. M is the tokens one GPU
+multiplies: give the batch and seq the trace was recorded at; when no layer's group is in the trace,
+`tokens_in_trace` says which M the trace's GEMMs fit.
+
+Routed experts held as 3-D weights are checked the same way, one entry per grouped GEMM weight (`w1`, `w2`,
+`w3`) with `groups` = E: its three grouped GEMMs (forward 2-D x 3-D, input gradient 2-D x 3-D, weight
+gradient 2-D x 2-D split by the offsets) share the sizes {M_total, K, N} in E groups.
 """
 
 from __future__ import annotations
@@ -28,17 +32,25 @@ from fp8advisor.traces.gemms import GemmShape, ShapeGroup
 
 @dataclass(frozen=True)
 class ModelLinear:
-    """One Linear of the model as the check needs it: name, shape, and whether the config converts it."""
+    """One Linear of the model as the check needs it: name, shape, and whether the config converts it; or
+    one 3-D expert weight (`groups` = E, M = all the rows its grouped GEMM multiplies)."""
 
     fqn: str
     M: int
     K: int
     N: int
     float8: bool
+    groups: int = 1
+    #: converted, its weight-gradient GEMM stays bf16 (rowwise_with_gw_hp, mxfp8_rceil_wgrad_with_hp)
+    bf16_weight_gradient: bool = False
 
     @property
     def group(self) -> ShapeGroup:
-        return ShapeGroup.of_layer(self.M, self.K, self.N)
+        return ShapeGroup(tuple(sorted((self.M, self.K, self.N))), groups=self.groups)  # type: ignore[arg-type]
+
+    @property
+    def forward_shape(self) -> GemmShape:
+        return GemmShape(self.M, self.K, self.N, groups=self.groups)
 
 
 @dataclass(frozen=True)
@@ -47,6 +59,7 @@ class LayerRun:
 
     fqn: str
     shape: tuple[int, int, int]
+    groups: int  # 1 for a Linear; E for a 3-D expert weight
     expected_float8: bool
     float8_gemms: int  # in its group, per step, over every rank
     bf16_gemms: int
@@ -56,12 +69,9 @@ class LayerRun:
     detail: str
 
 
-def check_layers(
-    linears: Sequence[ModelLinear], analyses: Sequence[TraceAnalysis], *, high_precision_wgrad: bool = False
-) -> list[LayerRun]:
-    """Every layer's run (module docstring). `high_precision_wgrad`: the recipe keeps the weight gradient in
-    bf16 (rowwise_with_gw_hp). TraceError (exit 2) when the GEMMs have no shapes or no layer's group is in
-    the trace."""
+def check_layers(linears: Sequence[ModelLinear], analyses: Sequence[TraceAnalysis]) -> list[LayerRun]:
+    """Every layer's run (module docstring). TraceError (exit 2) when the GEMMs have no shapes or no layer's
+    group is in the trace."""
     gemms = step_gemms(analyses)
     if gemms and all(gemm.shape is None for _, gemm in gemms):
         raise TraceError(
@@ -83,13 +93,13 @@ def check_layers(
     runs: list[LayerRun] = []
     for group, layers in layers_by_group.items():
         found = by_group.get(group, [])
-        runs.extend(_group_runs(layers, found, steps, high_precision_wgrad))
+        runs.extend(_group_runs(layers, found, steps))
     order = {linear.fqn: index for index, linear in enumerate(linears)}
     return sorted(runs, key=lambda run: order[run.fqn])
 
 
 def _group_runs(
-    layers: list[ModelLinear], found: list[tuple[int | None, Gemm]], steps: int, high_precision_wgrad: bool
+    layers: list[ModelLinear], found: list[tuple[int | None, Gemm]], steps: int
 ) -> list[LayerRun]:
     """The runs of one shape group's layers: by each layer's own forward GEMMs where the trace tells forward
     from backward, with the group's backward GEMMs checked as a whole; by the group's counts otherwise."""
@@ -108,7 +118,7 @@ def _group_runs(
         }
         backward_gemms = [gemm for _, gemm in found if gemm.forward is False]
         # a backward off the config's is the wrong forwards' own, when there are any
-        backward = None if wrong else _backward_problem(layers, backward_gemms, high_precision_wgrad)
+        backward = None if wrong else _backward_problem(layers, backward_gemms)
         runs = []
         for layer in layers:
             seen = forward.get(layer.fqn)
@@ -120,7 +130,7 @@ def _group_runs(
             runs.append(_run(layer, per_step, "order", _ran(sum(seen), len(seen) - sum(seen)), ok, detail))
         return runs
     # No forward / backward in the trace: the group's float8 share against the config's.
-    per_layer = 2 if high_precision_wgrad else 3
+    per_layer = 2 if any(layer.bf16_weight_gradient for layer in layers) else 3
     expected = sum(layer.float8 for layer in layers) * per_layer / (3 * len(layers))
     ok = abs(float8 / len(found) - expected) <= 0.5 / (3 * len(layers))
     detail = (
@@ -130,19 +140,18 @@ def _group_runs(
     return [_run(layer, per_step, "group", _ran(float8, bf16), ok, detail) for layer in layers]
 
 
-def _backward_problem(
-    layers: list[ModelLinear], backward: list[Gemm], high_precision_wgrad: bool
-) -> str | None:
+def _backward_problem(layers: list[ModelLinear], backward: list[Gemm]) -> str | None:
     """What is wrong with a group's backward GEMMs as a whole, or None: none in float8 when no layer of the
-    group converts; all in float8 (half, the weight gradients in bf16, with rowwise_with_gw_hp) when every
-    layer does. A mixed group's backward is not told apart by layer: None."""
+    group converts; all in float8 (half, the weight gradients in bf16, with a recipe that keeps them so) when
+    every layer does. A mixed group's backward is not told apart by layer: None."""
     wanted = {layer.float8 for layer in layers}
     if not backward or len(wanted) > 1:
         return None
     float8 = sum(gemm.kind.is_float8_gemm for gemm in backward)
     if wanted == {False}:
         return None if float8 == 0 else f"{float8} of the group's backward GEMMs ran in float8"
-    expected = len(backward) // 2 if high_precision_wgrad else len(backward)
+    bf16_weight_gradient = any(layer.bf16_weight_gradient for layer in layers)
+    expected = len(backward) // 2 if bf16_weight_gradient else len(backward)
     if abs(float8 - expected) <= (len(backward) % 2):
         return None
     return f"{float8} of the group's {len(backward)} backward GEMMs ran in float8 (config: {expected})"
@@ -152,13 +161,13 @@ def _forward_order(layers: list[ModelLinear], found: list[tuple[int | None, Gemm
     """Per layer of a mixed group, the float8-ness of the forward GEMMs of its exact (M, K, N) assigned to it
     in order, step by step."""
     seen: dict[str, list[bool]] = defaultdict(list)
-    shapes = defaultdict(list)
+    shapes: dict[GemmShape, list[ModelLinear]] = defaultdict(list)
     for layer in layers:
-        shapes[(layer.M, layer.K, layer.N)].append(layer)
-    for (M, K, N), same in shapes.items():
+        shapes[layer.forward_shape].append(layer)
+    for shape, same in shapes.items():
         count: Counter = Counter()
         for number, gemm in found:
-            if gemm.shape == GemmShape(M, K, N) and gemm.forward is not False:
+            if gemm.shape == shape and gemm.forward is not False:
                 index = count[number] % len(same)
                 count[number] += 1
                 seen[same[index].fqn].append(gemm.kind.is_float8_gemm)
@@ -180,22 +189,26 @@ def _run(
     layer: ModelLinear, per_step: tuple[int, int], how: str, ran: str, ok: bool, detail: str
 ) -> LayerRun:
     return LayerRun(
-        layer.fqn, (layer.M, layer.K, layer.N), layer.float8, per_step[0], per_step[1], how, ran, ok, detail
+        layer.fqn,
+        (layer.M, layer.K, layer.N),
+        layer.groups,
+        layer.float8,
+        per_step[0],
+        per_step[1],
+        how,
+        ran,
+        ok,
+        detail,
     )
 
 
 def tokens_in_trace(linears: Sequence[ModelLinear], gemms: Sequence[tuple[int | None, Gemm]]) -> int | None:
-    """The M at which the most of the model's (K, N) pairs meet a GEMM of the trace, or None."""
-    groups = {gemm.shape.group.sizes for _, gemm in gemms if gemm.shape is not None}
+    """The M at which the most of the model's Linear (K, N) pairs meet a GEMM of the trace, or None (grouped
+    GEMMs and expert weights, whose M is the routed rows, left out)."""
+    groups = {gemm.shape.group.sizes for _, gemm in gemms if gemm.shape and gemm.shape.groups == 1}
     votes: Counter = Counter()
-    for linear in {(linear.K, linear.N) for linear in linears}:
-        for sizes in groups:
-            rest = list(sizes)
-            if linear[0] in rest:
-                rest.remove(linear[0])
-                if linear[1] in rest:
-                    rest.remove(linear[1])
-                    votes[rest[0]] += 1
+    for K, N in {(linear.K, linear.N) for linear in linears if linear.groups == 1}:
+        votes.update(M for sizes in groups if (M := _third_size(sizes, K, N)) is not None)
     return votes.most_common(1)[0][0] if votes else None
 
 
@@ -209,4 +222,27 @@ def _tokens_hint(linears: Sequence[ModelLinear], gemms) -> str:
     )
 
 
-__all__ = ["LayerRun", "ModelLinear", "check_layers", "tokens_in_trace"]
+def rows_in_trace(gemms: Sequence[tuple[int | None, Gemm]], K: int, N: int, groups: int) -> int | None:
+    """The rows M of the trace's grouped GEMMs of (K, N) in `groups` groups (the most common), or None: what
+    a group of routed experts multiplied (tokens x top_k, and any padding the framework adds)."""
+    votes = Counter(
+        M
+        for _, gemm in gemms
+        if gemm.shape is not None
+        and gemm.shape.groups == groups
+        and (M := _third_size(gemm.shape.group.sizes, K, N)) is not None
+    )
+    return votes.most_common(1)[0][0] if votes else None
+
+
+def _third_size(sizes: tuple[int, int, int], K: int, N: int) -> int | None:
+    """The size of a GEMM's three that is neither K nor N (its M), or None when K and N are not among them."""
+    rest = list(sizes)
+    for size in (K, N):
+        if size not in rest:
+            return None
+        rest.remove(size)
+    return rest[0]
+
+
+__all__ = ["LayerRun", "ModelLinear", "check_layers", "rows_in_trace", "tokens_in_trace"]

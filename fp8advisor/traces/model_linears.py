@@ -1,5 +1,7 @@
-"""The user's model as `trace` matches it against a trace: its Linear layers at the traced token count, and
-which of them a config converts (read as its framework reads it: `fp8advisor.frameworks.reader`).
+"""The user's model as `trace` matches it against a trace: its Linear layers at the traced token count, its
+routed experts held as 3-D weights (one entry per weight, at the rows the trace's grouped GEMMs multiply), and
+which of them a config converts (read as its framework reads it: `fp8advisor.frameworks.reader`; the experts
+converted on the meta model as `verify` converts them, `frameworks.expert_conversion`).
 
 The token count is the traced job's M (batch x seq on one GPU). When the user does not give it, it is read
 off the trace: the M at which the model's (K, N) pairs meet the trace's GEMMs (`layer_match.tokens_in_trace`).
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 from fp8advisor.errors import TraceError
 from fp8advisor.traces.analysis import TraceAnalysis, step_gemms
 from fp8advisor.traces.events import SHAPES_HOW
-from fp8advisor.traces.layer_match import ModelLinear, tokens_in_trace
+from fp8advisor.traces.layer_match import ModelLinear, rows_in_trace, tokens_in_trace
 
 #: The tokens a model is first traced at when the trace must say the real count (any small M gives K, N).
 _PROBE_SEQ = 16
@@ -20,10 +22,11 @@ _PROBE_SEQ = 16
 
 @dataclass(frozen=True)
 class TracedModel:
-    """The model's layers at the traced tokens, and its Linear layers as the check needs them."""
+    """The model's layers at the traced tokens, and its Linear layers and 3-D expert weights (groups = E) as
+    the check needs them, in the model's module order."""
 
     model_layers: object  # fp8advisor.inspect.records.ModelLayers
-    linears: tuple[ModelLinear, ...]
+    layers: tuple[ModelLinear, ...]
     batch: int
     seq: int
     seq_from_trace: bool
@@ -70,6 +73,7 @@ def traced_model(
             known = recipe in {member.value for member in Recipe}
             config = config.with_recipe(parse_recipe(recipe) if known else Recipe.TENSORWISE)
         converts = config.filter_for(loaded.model)
+    bf16_weight_gradient = config is not None and config.recipe.grad_weight_in_bf16
     linears = tuple(
         ModelLinear(
             layer.fqn,
@@ -77,10 +81,54 @@ def traced_model(
             layer.K,
             layer.N,
             bool(converts(loaded.model.get_submodule(layer.fqn), layer.fqn)),
+            bf16_weight_gradient=bf16_weight_gradient,
         )
         for layer in _linears(model_layers)
     )
-    return TracedModel(model_layers, linears, batch, seq, from_trace, config)
+    experts = _expert_weights(model_layers, gemms, loaded.model, config)  # after the Linear filter: it swaps
+    order = {layer.fqn: index for index, layer in enumerate(model_layers.layers)}
+    layers = tuple(sorted(linears + experts, key=lambda layer: order.get(layer.fqn, len(order))))
+    return TracedModel(model_layers, layers, batch, seq, from_trace, config)
+
+
+def _expert_weights(model_layers, gemms, model, config) -> tuple[ModelLinear, ...]:
+    """Each 3-D weight of the model's grouped experts, at the rows the trace's grouped GEMMs of its (K, N)
+    in E groups multiply (tokens x top_k where the trace has none), float8 where the config converts its
+    group (torchao's MoE conversion keeps the weight gradient float8; MXFP8's wgrad_with_hp does not)."""
+    from fp8advisor.frameworks.expert_conversion import groups_in_float8
+    from fp8advisor.inspect.records import ExpertForm
+
+    groups = [group for group in model_layers.expert_groups if group.form is ExpertForm.GROUPED]
+    if not groups:
+        return ()
+    named = [_Members(frozenset(group.member_fqns)) for group in groups]
+    in_float8 = set(groups_in_float8(model, config, named)) if config is not None else set()
+    recipe = config.recipe if config is not None else None
+    bf16_weight_gradient = recipe is not None and recipe.is_mx and recipe.grad_weight_in_bf16
+    entries = []
+    for group, members in zip(groups, named, strict=True):
+        converted = members in in_float8
+        for gemm in group.gemms:
+            rows = rows_in_trace(gemms, gemm.K, gemm.N, group.n_experts) or group.M_total or group.tokens
+            entries.append(
+                ModelLinear(
+                    gemm.fqns[0],
+                    rows,
+                    gemm.K,
+                    gemm.N,
+                    converted,
+                    groups=group.n_experts,
+                    bf16_weight_gradient=bf16_weight_gradient,
+                )
+            )
+    return tuple(entries)
+
+
+@dataclass(frozen=True)
+class _Members:
+    """An expert group as `convert_experts` takes it: the FQNs of its 3-D weights."""
+
+    members: frozenset[str]
 
 
 def _linears(model_layers) -> list:

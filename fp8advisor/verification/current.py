@@ -13,8 +13,8 @@ Which layers it trains in float8 (`current_conversion`), found as `verify` finds
   exact module filter, on the model built on the meta device (`verification.conversion.convert`); nothing
   when the file leaves FP8 off;
 - grouped MoE experts: torchao's `quantize_` with the file's expert filter, or every group for torchtitan
-  0.3 (`verification.experts.convert_experts`); a group is in float8 when every module holding its weights
-  was swapped;
+  0.3 (`frameworks.expert_conversion`); a group is in float8 when every module holding its weights was
+  swapped;
 - a Megatron precision config: Megatron-Core's own matcher on a real GPTModel's module names where
   megatron-core is installed, else the simulated matcher (`megatron_check.file_float8_modules`); a module in
   float8 puts the traced Linear layers it fuses in float8 (`emit.megatron.plan`'s mapping), priced as those
@@ -153,10 +153,10 @@ def current_conversion(current: CurrentFile, target: str, advice) -> CurrentConf
 def _linear_conversion(current: CurrentFile, config: FrameworkConfig, target: str, advice) -> CurrentConfig:
     """A torchao-converted config: its Linear layers and grouped expert groups in float8, converted on the
     meta model as `verify` converts them."""
-    from fp8advisor.frameworks.formats import expert_modules, grouped_expert_groups
+    from fp8advisor.frameworks.expert_conversion import groups_in_float8
+    from fp8advisor.frameworks.formats import grouped_expert_groups
     from fp8advisor.inspect.target import load_model
     from fp8advisor.verification.conversion import convert
-    from fp8advisor.verification.experts import convert_experts
 
     recipe_from = "the file"
     if config.recipe is None:  # a bare filter list trains with the advised recipe, as under `verify`
@@ -165,8 +165,7 @@ def _linear_conversion(current: CurrentFile, config: FrameworkConfig, target: st
     model = load_model(target, "meta").model
     converted = convert(model, config, config.recipe, emulate=True)  # which swap: the same on any device
     groups = grouped_expert_groups(advice.experts)
-    swapped = convert_experts(model, config, groups)
-    in_float8 = tuple(g.group for g in groups if all(m in swapped for m in expert_modules(g)))
+    in_float8 = tuple(group.group for group in groups_in_float8(model, config, groups))
     how = (
         f"{_swap(config)} with the file's filter ({config.rule})"
         if config.enabled

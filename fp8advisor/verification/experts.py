@@ -14,8 +14,8 @@ from dataclasses import replace
 
 from torch import nn
 
-from fp8advisor import compat
 from fp8advisor.frameworks.config_record import FrameworkConfig
+from fp8advisor.frameworks.expert_conversion import convert_experts, swapped_expert_modules
 from fp8advisor.frameworks.formats import (
     ALL_OR_NONE_EXPERT_FORMATS,
     all_or_none_converts,
@@ -24,21 +24,6 @@ from fp8advisor.frameworks.formats import (
     grouped_expert_groups,
 )
 from fp8advisor.verification.report import Difference, DifferenceKind, ExpertCheck, LayerCheck
-
-
-def swapped_expert_modules(model: nn.Module, *, mx: bool = False) -> set[str]:
-    """FQNs of the modules whose own parameters torchao's moe_training swapped to its float8 weight wrapper
-    (`Float8TrainingWeightWrapperTensor`: its `torch._grouped_mm` calls run float8 grouped GEMMs), or with
-    `mx` to its MXFP8 one (`MXFP8TrainingWeightWrapperTensor`; nn.Linear layers, which the same MXFP8
-    `quantize_` swaps, are not counted: they are Linear layers, checked as such)."""
-    wrapper = compat.mx_weight_tensor_class() if mx else compat.float8_training_weight_wrapper()
-    return {
-        fqn
-        for fqn, module in model.named_modules()
-        if not (mx and isinstance(module, nn.Linear))
-        and any(isinstance(p, wrapper) for p in module.parameters(recurse=False))
-    }
-
 
 #: A module the config's expert filter swaps (torchao's quantize_) that holds no expert group's weights.
 NOT_AN_EXPERT_GROUP = (
@@ -53,26 +38,6 @@ def mark_expert_wrapped(checks: list[LayerCheck], expert_differences: list[Diffe
     wrapped = {d.subject for d in expert_differences if d.detail == NOT_AN_EXPERT_GROUP}
     problem = f"{DifferenceKind.EXPERTS.value}: {NOT_AN_EXPERT_GROUP}"
     return [replace(c, problems=(*c.problems, problem)) if c.fqn in wrapped else c for c in checks]
-
-
-def convert_experts(model: nn.Module, config: FrameworkConfig, groups) -> set[str]:
-    """Convert the grouped experts of `model` in place as the config's framework would; return the modules
-    whose parameters were swapped. torchao and torchtitan 0.2: torchao's own `quantize_(model,
-    Float8TrainingOpConfig(), filter_fn=<the file's filter>)`. torchtitan 0.3 swaps every GroupedExperts, a
-    torchtitan class a model of any other code does not have: simulated as every module of every group."""
-    if not config.converts_experts:
-        return set()
-    if config.expert_filter is None:
-        return {module for group in groups for module in expert_modules(group)}
-    if config.recipe is not None and config.recipe.is_mx:  # torchao's quantize_ with its MXFP8 config
-        from torchao.quantization import quantize_
-
-        from fp8advisor.recipes import mx_config
-
-        quantize_(model, mx_config(config.recipe, emulate=True), filter_fn=config.expert_filter)
-        return swapped_expert_modules(model, mx=True)
-    compat.quantize_grouped_experts(model, config.expert_filter)
-    return swapped_expert_modules(model)
 
 
 def experts_summary(report) -> str:
