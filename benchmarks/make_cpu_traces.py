@@ -39,11 +39,14 @@ What one run writes under `--out` (gzipped Chrome/Kineto JSON; gzip header witho
 - `llama-bf16-compiled.json.gz`: bf16 with each block and the head `torch.compile`d (torchtitan's way),
   compiled in one extra training step before profiling (so its losses are one step ahead of the others);
   skipped with `--no-compile`, or when compiling takes more than 60 s;
-- `moe-bf16.json.gz`: the project's MoE example (`data/models/moe.py:build_model`, one block: attention,
-  a router over 4 experts, top 3, whose 3-D weights run through `torch._grouped_mm`, and a shared expert) in
-  bf16. On the CPU `_grouped_mm` runs one `aten::mm` per expert inside it, forward (`a[384, 256] @ b[4, 256,
-  512]`) and in `GroupedMmBackward0` (the input gradient 2-D x 3-D, the weight gradient 2-D x 2-D split by
-  the offsets). No float8 MoE trace: torch's `_scaled_grouped_mm` has no CPU kernel;
+- `moe-bf16.json.gz`: the project's MoE example (`data/models/moe.py:build_model`, two blocks, each:
+  attention, a router over 4 experts, top 3, whose 3-D weights run through `torch._grouped_mm`, and a shared
+  expert) in bf16. On the CPU `_grouped_mm` runs one `aten::mm` per expert inside it, forward (`a[384, 256] @
+  b[4, 256, 512]`) and in `GroupedMmBackward0` (the input gradient 2-D x 3-D, the weight gradient 2-D x 2-D
+  split by the offsets). No float8 MoE trace: torch's `_scaled_grouped_mm` has no CPU kernel;
+- `moe-linear-list-bf16.json.gz`: the same model with its experts held as a ModuleList of 4 nn.Linear MLPs
+  (`experts="linear_list"`, as Hugging Face's Mixtral-style models hold them), each multiplying the rows
+  routed to it;
 - `MANIFEST.json`: per file, the factory call, batch, seq, recipe, converted and kept FQNs, losses, size;
   the torch / torchao versions, date and command. Each trace also carries the model, recipe and converted
   FQNs under its top-level key `fp8advisor_make_cpu_traces` (torch.profiler's `add_metadata_json`).
@@ -93,6 +96,7 @@ WHAT = "recorded by torch.profiler on the CPU (no device records) by benchmarks/
 #: The MoE example's sizes: three distinct GEMM sizes in its experts (dim 256, M_total = 128 tokens x top 3
 #: = 384 rows, expert hidden 512), K and N multiples of 16; the router's N = 4 keeps it out of float8.
 MOE_OVERRIDES = {
+    "n_layers": 2,  # two MoE blocks: which block's experts ran float8 must be told apart
     "dim": 256,
     "n_heads": 8,
     "vocab_size": VOCAB_SIZE,
@@ -102,7 +106,11 @@ MOE_OVERRIDES = {
     "shared_hidden_dim": 320,
 }
 #: model name -> (file, factory)
-MODELS = {"llama": (MODEL_FILE, FACTORY), "moe": ("data/models/moe.py", "build_model")}
+MODELS = {
+    "llama": (MODEL_FILE, FACTORY),
+    "moe": ("data/models/moe.py", "build_model"),
+    "moe-linear-list": ("data/models/moe.py", "build_model"),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +130,7 @@ VARIANTS = (
     Variant("llama-bf16-noshapes.json.gz", record_shapes=False),
     Variant("llama-bf16-compiled.json.gz", compile=True),
     Variant("moe-bf16.json.gz", model="moe"),
+    Variant("moe-linear-list-bf16.json.gz", model="moe-linear-list"),
 )
 
 
@@ -147,9 +156,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def model_overrides(model: str, layers: int) -> dict:
-    """The keyword arguments given to the model's factory."""
+    """The keyword arguments given to the model's factory (`layers`: the Llama's blocks; the MoE has 2)."""
     if model == "moe":
-        return {"n_layers": layers, **MOE_OVERRIDES}
+        return dict(MOE_OVERRIDES)
+    if model == "moe-linear-list":
+        return {**MOE_OVERRIDES, "experts": "linear_list"}
     return {"n_layers": layers, "vocab_size": VOCAB_SIZE}
 
 
@@ -313,26 +324,30 @@ def versions() -> dict:
     return {"python": sys.version.split()[0], "torch": torch.__version__, "torchao": torchao.__version__}
 
 
-def kept_manifest(path: Path, only: Sequence[str] | None) -> dict:
+def kept_manifest(path: Path, only: Sequence[str] | None) -> tuple[dict, dict]:
     """With `--only`, the existing manifest's entries of the other files, each with the command, date and
-    versions it was recorded with; {} without `--only` or a manifest."""
+    versions it was recorded with, and its other files' reasons for being skipped; ({}, {}) without `--only`
+    or a manifest."""
     if only is None or not path.is_file():
-        return {}
+        return {}, {}
     old = json.loads(path.read_text())
     stamp = {key: old.get(key) for key in ("command", "date", "versions")}
-    return {name: {**stamp, **entry} for name, entry in old.get("files", {}).items() if name not in only}
+    files = {name: {**stamp, **entry} for name, entry in old.get("files", {}).items() if name not in only}
+    skipped = {name: why for name, why in old.get("skipped", {}).items() if name not in only}
+    return files, skipped
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    files, skipped = kept_manifest(args.out / "MANIFEST.json", args.only)
     manifest = {
         "what": WHAT,
         "command": shlex.join([Path(sys.executable).name, *sys.argv]),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "versions": versions(),
-        "files": kept_manifest(args.out / "MANIFEST.json", args.only),
-        "skipped": {},
+        "files": files,
+        "skipped": skipped,
     }
     with tempfile.TemporaryDirectory() as scratch:
         for variant in VARIANTS:

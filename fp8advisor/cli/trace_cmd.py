@@ -181,7 +181,7 @@ def _match_model(model, analyses, batch, seq, config, trust_config, recipe):
         )
     if traced.seq_from_trace:
         err_console.print(f"note: the trace's GEMMs fit {model} at batch {traced.batch} x seq {traced.seq}")
-    return traced, check_layers(traced.layers, analyses)
+    return traced, check_layers(traced.layers, analyses, traced.lists)
 
 
 def _compare(sides, traced, recipe, profile):

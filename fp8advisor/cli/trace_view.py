@@ -125,13 +125,24 @@ def print_layers(traced, runs: Sequence, config: str | None) -> None:
         console.print(
             Text(f"PASS: float8 ran exactly where {config} converts ({len(runs)} layers)", style="bold green")
         )
+    if any(run.how == "group" for run in runs):
+        err_console.print(
+            Text("note: ", style="yellow")
+            + Text(
+                "the trace does not tell forward from backward GEMMs: the layers of one shape group are "
+                "judged together, by the group's float8 share, not one by one"
+            ),
+            soft_wrap=True,
+        )
     for note in getattr(traced.config, "notes", ()):
         err_console.print(Text("note: ", style="yellow") + Text(note), soft_wrap=True)
 
 
 def _shape_text(run) -> str:
-    """M x K x N, and for a 3-D expert weight the groups its grouped GEMMs split M into."""
-    text = "x".join(str(size) for size in run.shape)
+    """M x K x N; for a 3-D expert weight the groups its grouped GEMMs split M into; for experts held as
+    nn.Linear, each expert's own routed rows."""
+    M, K, N = run.shape
+    text = f"{M}x{K}x{N}" if M else f"routed x {K}x{N}"
     return f"{text} in {run.groups} groups" if run.groups > 1 else text
 
 

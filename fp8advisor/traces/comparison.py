@@ -220,8 +220,8 @@ def detected_recipe(analyses: Sequence[TraceAnalysis]) -> str:
     if any("e5m2" in name for name in types):
         return "tensorwise"
     by_group: dict[ShapeGroup, list] = defaultdict(list)
-    for gemm in gemms:
-        if gemm.shape is not None:
+    for gemm in gemms:  # the dense GEMMs: torchao's float8 experts keep their weight gradients float8
+        if gemm.shape is not None and (gemm.shape.batch, gemm.shape.groups) == (1, 1):
             by_group[gemm.shape.group].append(gemm)
     converted = [group for group in by_group.values() if any(g.kind.is_float8_gemm for g in group)]
     return "rowwise_with_gw_hp" if converted and all(map(_weight_gradient_in_bf16, converted)) else "rowwise"

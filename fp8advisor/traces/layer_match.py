@@ -3,7 +3,7 @@ only there.
 
 Each Linear of (M, K, N) runs three GEMMs a step whose sizes are {M, K, N} in some order (`gemms.ShapeGroup`):
 forward (M, K, N), input gradient (M, N, K), weight gradient. Where the trace tells forward from backward (a
-GEMM launched before the step's first autograd engine call is a forward one), each layer is judged by its own
+GEMM launched outside every autograd engine call is a forward one), each layer is judged by its own
 forward GEMMs: those of exactly its (M, K, N), matched to the layers of that shape in module order (the k-th
 such GEMM of a step to the k-th layer, cyclically: gradient accumulation repeats the forward; the backward is
 left out because a layer of (M, N, K) has an input gradient of the same shape). The group's backward GEMMs are
@@ -13,9 +13,12 @@ backward is judged group by group: the group's float8 share against the config's
 multiplies: give the batch and seq the trace was recorded at; when no layer's group is in the trace,
 `tokens_in_trace` says which M the trace's GEMMs fit.
 
-Routed experts held as 3-D weights are checked the same way, one entry per grouped GEMM weight (`w1`, `w2`,
-`w3`) with `groups` = E: its three grouped GEMMs (forward 2-D x 3-D, input gradient 2-D x 3-D, weight
-gradient 2-D x 2-D split by the offsets) share the sizes {M_total, K, N} in E groups.
+Routed experts held as 3-D weights are checked the same way, one entry per weight (`w1`, `w2`, `w3`): its
+three grouped GEMMs (forward 2-D x 3-D, input gradient 2-D x 3-D, weight gradient 2-D x 2-D split by the
+offsets) share the sizes {M_total, K, N} in E groups (the local experts under expert parallelism), or, run
+through `bmm`, {rows per expert, K, N} in a batch of E (`expert_gemm_in_trace`). Experts held as E nn.Linear
+(`ExpertList`) multiply the rows routed to each, which no model knows: each of their GEMMs is judged as one
+unit over the trace's GEMMs of its (K, N) at fewer rows than the dense layers' tokens.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from fp8advisor.errors import TraceError
 from fp8advisor.traces.analysis import Gemm, TraceAnalysis, step_gemms
 from fp8advisor.traces.events import SHAPES_HOW
 from fp8advisor.traces.gemms import GemmShape, ShapeGroup
+from fp8advisor.traces.kernel_rules import Kind
 
 
 @dataclass(frozen=True)
@@ -43,14 +47,31 @@ class ModelLinear:
     groups: int = 1
     #: converted, its weight-gradient GEMM stays bf16 (rowwise_with_gw_hp, mxfp8_rceil_wgrad_with_hp)
     bf16_weight_gradient: bool = False
+    batch: int = 1  # experts run through bmm: the batch of experts
 
     @property
     def group(self) -> ShapeGroup:
-        return ShapeGroup(tuple(sorted((self.M, self.K, self.N))), groups=self.groups)  # type: ignore[arg-type]
+        sizes = tuple(sorted((self.M, self.K, self.N)))
+        return ShapeGroup(sizes, self.batch, self.groups)  # type: ignore[arg-type]
 
     @property
     def forward_shape(self) -> GemmShape:
-        return GemmShape(self.M, self.K, self.N, groups=self.groups)
+        return GemmShape(self.M, self.K, self.N, self.batch, self.groups)
+
+
+@dataclass(frozen=True)
+class ExpertList:
+    """One GEMM of a group of routed experts held as E nn.Linear (`w1` of every expert): judged as one unit,
+    each expert multiplying the rows routed to it (fewer than `tokens`, the dense layers' M)."""
+
+    fqn: str  # "layers.0.moe.experts.{0..7}.w1"
+    K: int
+    N: int
+    tokens: int
+    float8: bool | None  # None: the config converts some of its experts only
+    converted: int  # how many of its E experts the config converts
+    experts: int
+    bf16_weight_gradient: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,9 +90,11 @@ class LayerRun:
     detail: str
 
 
-def check_layers(linears: Sequence[ModelLinear], analyses: Sequence[TraceAnalysis]) -> list[LayerRun]:
-    """Every layer's run (module docstring). TraceError (exit 2) when the GEMMs have no shapes or no layer's
-    group is in the trace."""
+def check_layers(
+    linears: Sequence[ModelLinear], analyses: Sequence[TraceAnalysis], lists: Sequence[ExpertList] = ()
+) -> list[LayerRun]:
+    """Every layer's run (module docstring), the expert lists' after the layers. TraceError (exit 2) when the
+    GEMMs have no shapes or no layer's group is in the trace."""
     gemms = step_gemms(analyses)
     if gemms and all(gemm.shape is None for _, gemm in gemms):
         raise TraceError(
@@ -95,7 +118,46 @@ def check_layers(linears: Sequence[ModelLinear], analyses: Sequence[TraceAnalysi
         found = by_group.get(group, [])
         runs.extend(_group_runs(layers, found, steps))
     order = {linear.fqn: index for index, linear in enumerate(linears)}
-    return sorted(runs, key=lambda run: order[run.fqn])
+    runs.sort(key=lambda run: order[run.fqn])
+    return runs + [_list_run(entry, gemms, steps) for entry in lists]
+
+
+def _list_run(entry: ExpertList, gemms: Sequence[tuple[int | None, Gemm]], steps: int) -> LayerRun:
+    """An expert list's run: its GEMMs are the trace's dense GEMMs of its (K, N) at fewer rows than the dense
+    layers' tokens; judged by their forward GEMMs where the trace tells them (all float8, or none), else by
+    all of them (float8 but for the weight gradients a recipe keeps in bf16, or none)."""
+    found = [
+        gemm
+        for _, gemm in gemms
+        if gemm.shape is not None
+        and (gemm.shape.batch, gemm.shape.groups) == (1, 1)
+        and (M := _third_size(gemm.shape.group.sizes, entry.K, entry.N)) is not None
+        and M < entry.tokens
+    ]
+    by_forward = any(gemm.forward is not None for gemm in found)
+    judged = (
+        [gemm for gemm in found if gemm.forward and (gemm.shape.K, gemm.shape.N) == (entry.K, entry.N)]
+        if by_forward
+        else found
+    )
+    float8 = sum(gemm.kind.is_float8_gemm for gemm in judged)
+    kept = 0 if by_forward or not entry.bf16_weight_gradient else len(judged) // 3
+    if entry.float8 is None:
+        ok = 0 < float8 < len(judged)
+    else:
+        ok = bool(judged) and float8 == (len(judged) - kept if entry.float8 else 0)
+    which = "forward GEMMs" if by_forward else "GEMMs"
+    detail = (
+        f"its {which} (each expert at its routed rows) ran {float8} of {len(judged)} in float8; "
+        f"{entry.converted} of its {entry.experts} experts float8 in the config"
+        if judged
+        else f"no GEMM of its (K, N) at fewer rows than the {entry.tokens} tokens"
+    )
+    total = sum(gemm.kind.is_float8_gemm for gemm in found)
+    per_step = (round(total / steps), round((len(found) - total) / steps))
+    layer = ModelLinear(entry.fqn, 0, entry.K, entry.N, bool(entry.float8))
+    ran = _ran(float8, len(judged) - float8) if judged else "absent"
+    return _run(layer, per_step, "experts", ran, ok, detail)
 
 
 def _group_runs(
@@ -117,8 +179,9 @@ def _group_runs(
             layer.fqn for layer in layers if any(kind != layer.float8 for kind in forward.get(layer.fqn, ()))
         }
         backward_gemms = [gemm for _, gemm in found if gemm.forward is False]
+        forwards = sum(gemm.forward is True for _, gemm in found)
         # a backward off the config's is the wrong forwards' own, when there are any
-        backward = None if wrong else _backward_problem(layers, backward_gemms)
+        backward = None if wrong else _backward_problem(layers, backward_gemms, forwards)
         runs = []
         for layer in layers:
             seen = forward.get(layer.fqn)
@@ -140,10 +203,11 @@ def _group_runs(
     return [_run(layer, per_step, "group", _ran(float8, bf16), ok, detail) for layer in layers]
 
 
-def _backward_problem(layers: list[ModelLinear], backward: list[Gemm]) -> str | None:
+def _backward_problem(layers: list[ModelLinear], backward: list[Gemm], forwards: int) -> str | None:
     """What is wrong with a group's backward GEMMs as a whole, or None: none in float8 when no layer of the
-    group converts; all in float8 (half, the weight gradients in bf16, with a recipe that keeps them so) when
-    every layer does. A mixed group's backward is not told apart by layer: None."""
+    group converts; all in float8 when every layer does, but for one bf16 weight gradient per forward GEMM
+    with a recipe that keeps them so (the backward also holds any recomputed forward: activation
+    checkpointing). A mixed group's backward is not told apart by layer: None."""
     wanted = {layer.float8 for layer in layers}
     if not backward or len(wanted) > 1:
         return None
@@ -151,8 +215,8 @@ def _backward_problem(layers: list[ModelLinear], backward: list[Gemm]) -> str | 
     if wanted == {False}:
         return None if float8 == 0 else f"{float8} of the group's backward GEMMs ran in float8"
     bf16_weight_gradient = any(layer.bf16_weight_gradient for layer in layers)
-    expected = len(backward) // 2 if bf16_weight_gradient else len(backward)
-    if abs(float8 - expected) <= (len(backward) % 2):
+    expected = len(backward) - forwards if bf16_weight_gradient else len(backward)
+    if float8 == expected:
         return None
     return f"{float8} of the group's {len(backward)} backward GEMMs ran in float8 (config: {expected})"
 
@@ -222,17 +286,26 @@ def _tokens_hint(linears: Sequence[ModelLinear], gemms) -> str:
     )
 
 
-def rows_in_trace(gemms: Sequence[tuple[int | None, Gemm]], K: int, N: int, groups: int) -> int | None:
-    """The rows M of the trace's grouped GEMMs of (K, N) in `groups` groups (the most common), or None: what
-    a group of routed experts multiplied (tokens x top_k, and any padding the framework adds)."""
-    votes = Counter(
-        M
-        for _, gemm in gemms
-        if gemm.shape is not None
-        and gemm.shape.groups == groups
-        and (M := _third_size(gemm.shape.group.sizes, K, N)) is not None
-    )
+def expert_gemm_in_trace(
+    gemms: Sequence[tuple[int | None, Gemm]], K: int, N: int, experts: int
+) -> tuple[int, int, int] | None:
+    """(M, batch, groups) of the trace's GEMMs of (K, N) over some of `experts` experts (the most common), or
+    None: a grouped GEMM in a number of groups that divides E (all the experts, or the local ones under
+    expert parallelism), M its routed rows (tokens x top_k, and any padding the framework adds); or a bmm in
+    a batch that divides E, M the rows per expert."""
+    votes: Counter = Counter()
+    for _, gemm in gemms:
+        shape = gemm.shape
+        if shape is None or (M := _third_size(shape.group.sizes, K, N)) is None:
+            continue
+        if (shape.groups > 1 or gemm.kind in _GROUPED) and experts % shape.groups == 0:
+            votes[(M, 1, shape.groups)] += 1
+        elif shape.batch > 1 and experts % shape.batch == 0:
+            votes[(M, shape.batch, 1)] += 1
     return votes.most_common(1)[0][0] if votes else None
+
+
+_GROUPED = frozenset({Kind.GROUPED_GEMM, Kind.FLOAT8_GROUPED_GEMM})
 
 
 def _third_size(sizes: tuple[int, int, int], K: int, N: int) -> int | None:
@@ -245,4 +318,4 @@ def _third_size(sizes: tuple[int, int, int], K: int, N: int) -> int | None:
     return rest[0]
 
 
-__all__ = ["LayerRun", "ModelLinear", "check_layers", "rows_in_trace", "tokens_in_trace"]
+__all__ = ["ExpertList", "LayerRun", "ModelLinear", "check_layers", "expert_gemm_in_trace", "tokens_in_trace"]

@@ -1,7 +1,8 @@
 """The user's model as `trace` matches it against a trace: its Linear layers at the traced token count, its
-routed experts held as 3-D weights (one entry per weight, at the rows the trace's grouped GEMMs multiply), and
-which of them a config converts (read as its framework reads it: `fp8advisor.frameworks.reader`; the experts
-converted on the meta model as `verify` converts them, `frameworks.expert_conversion`).
+routed experts held as 3-D weights (one entry per weight, at the rows and groups the trace's grouped GEMMs
+have), its routed experts held as E nn.Linear (one unit per GEMM: `layer_match.ExpertList`), and which of them
+a config converts (read as its framework reads it: `fp8advisor.frameworks.reader`; the experts converted on
+the meta model as `verify` converts them, `frameworks.expert_conversion`).
 
 The token count is the traced job's M (batch x seq on one GPU). When the user does not give it, it is read
 off the trace: the M at which the model's (K, N) pairs meet the trace's GEMMs (`layer_match.tokens_in_trace`).
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from fp8advisor.errors import TraceError
 from fp8advisor.traces.analysis import TraceAnalysis, step_gemms
 from fp8advisor.traces.events import SHAPES_HOW
-from fp8advisor.traces.layer_match import ModelLinear, rows_in_trace, tokens_in_trace
+from fp8advisor.traces.layer_match import ExpertList, ModelLinear, expert_gemm_in_trace, tokens_in_trace
 
 #: The tokens a model is first traced at when the trace must say the real count (any small M gives K, N).
 _PROBE_SEQ = 16
@@ -27,6 +28,7 @@ class TracedModel:
 
     model_layers: object  # fp8advisor.inspect.records.ModelLayers
     layers: tuple[ModelLinear, ...]
+    lists: tuple[ExpertList, ...]  # routed experts held as E nn.Linear, one unit per GEMM
     batch: int
     seq: int
     seq_from_trace: bool
@@ -43,9 +45,10 @@ def traced_model(
     trust_config: bool = False,
     recipe: str | None = None,
 ) -> TracedModel:
-    """Build TARGET on the meta device at the traced (batch, seq) (`seq` None: read off the trace) and mark
-    each Linear the config converts (none without a config). `recipe`: the traced one, for a bare filter
-    list (whose rule depends on it; tensorwise when the trace does not say)."""
+    """Build TARGET on the meta device at the traced (batch, seq) (`seq` None: read off the trace), mark each
+    Linear the config converts (none without a config), and the expert groups it converts, on that meta model
+    (torchao's `quantize_` swaps their weights in place). `recipe`: the traced one, for a bare filter list
+    (whose rule depends on it; tensorwise when the trace does not say)."""
     from fp8advisor.inspect.layers import inspect_loaded
     from fp8advisor.inspect.target import load_model
 
@@ -74,27 +77,55 @@ def traced_model(
             config = config.with_recipe(parse_recipe(recipe) if known else Recipe.TENSORWISE)
         converts = config.filter_for(loaded.model)
     bf16_weight_gradient = config is not None and config.recipe.grad_weight_in_bf16
+
+    def converted(fqn: str) -> bool:
+        return bool(converts(loaded.model.get_submodule(fqn), fqn))
+
+    lists = _expert_lists(model_layers, converted, bf16_weight_gradient)
+    in_lists = {fqn for group in model_layers.expert_groups for fqn in group.member_fqns}
     linears = tuple(
         ModelLinear(
             layer.fqn,
             layer.M,
             layer.K,
             layer.N,
-            bool(converts(loaded.model.get_submodule(layer.fqn), layer.fqn)),
+            converted(layer.fqn),
             bf16_weight_gradient=bf16_weight_gradient,
         )
         for layer in _linears(model_layers)
+        if layer.fqn not in in_lists
     )
     experts = _expert_weights(model_layers, gemms, loaded.model, config)  # after the Linear filter: it swaps
     order = {layer.fqn: index for index, layer in enumerate(model_layers.layers)}
     layers = tuple(sorted(linears + experts, key=lambda layer: order.get(layer.fqn, len(order))))
-    return TracedModel(model_layers, layers, batch, seq, from_trace, config)
+    return TracedModel(model_layers, layers, lists, batch, seq, from_trace, config)
+
+
+def _expert_lists(model_layers, converted, bf16_weight_gradient: bool) -> tuple[ExpertList, ...]:
+    """One unit per GEMM of each group of routed experts held as E nn.Linear (`layers.0.moe.experts.*.w1`)."""
+    from fp8advisor.inspect.records import ExpertForm
+
+    tokens = model_layers.batch * model_layers.seq
+    entries = []
+    for group in model_layers.expert_groups:
+        if group.form is not ExpertForm.LINEAR_LIST:
+            continue
+        for gemm in group.gemms:
+            done = sum(converted(fqn) for fqn in gemm.fqns)
+            float8 = None if 0 < done < len(gemm.fqns) else bool(done)
+            inner = gemm.fqns[0][len(group.fqn) + 1 :].split(".", 1)  # "0.w1": expert 0's w1
+            label = f"{group.fqn}.*" + (f".{inner[1]}" if len(inner) > 1 else "")
+            entries.append(
+                ExpertList(label, gemm.K, gemm.N, tokens, float8, done, len(gemm.fqns), bf16_weight_gradient)
+            )
+    return tuple(entries)
 
 
 def _expert_weights(model_layers, gemms, model, config) -> tuple[ModelLinear, ...]:
-    """Each 3-D weight of the model's grouped experts, at the rows the trace's grouped GEMMs of its (K, N)
-    in E groups multiply (tokens x top_k where the trace has none), float8 where the config converts its
-    group (torchao's MoE conversion keeps the weight gradient float8; MXFP8's wgrad_with_hp does not)."""
+    """Each 3-D weight of the model's grouped experts, at the rows, batch and groups the trace's GEMMs of its
+    (K, N) show (`expert_gemm_in_trace`; tokens x top_k in E groups where the trace has none), float8 where
+    the config converts its group (torchao's MoE conversion keeps the weight gradient float8; MXFP8's
+    wgrad_with_hp does not)."""
     from fp8advisor.frameworks.expert_conversion import groups_in_float8
     from fp8advisor.inspect.records import ExpertForm
 
@@ -109,16 +140,18 @@ def _expert_weights(model_layers, gemms, model, config) -> tuple[ModelLinear, ..
     for group, members in zip(groups, named, strict=True):
         converted = members in in_float8
         for gemm in group.gemms:
-            rows = rows_in_trace(gemms, gemm.K, gemm.N, group.n_experts) or group.M_total or group.tokens
+            seen = expert_gemm_in_trace(gemms, gemm.K, gemm.N, group.n_experts)
+            M, batch, groups = seen or (group.M_total or group.tokens, 1, group.n_experts)
             entries.append(
                 ModelLinear(
                     gemm.fqns[0],
-                    rows,
+                    M,
                     gemm.K,
                     gemm.N,
                     converted,
-                    groups=group.n_experts,
+                    groups=groups,
                     bf16_weight_gradient=bf16_weight_gradient,
+                    batch=batch,
                 )
             )
     return tuple(entries)
