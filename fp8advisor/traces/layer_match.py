@@ -64,7 +64,7 @@ class ExpertList:
     """One GEMM of a group of routed experts held as E nn.Linear (`w1` of every expert): judged as one unit,
     each expert multiplying the rows routed to it (fewer than `tokens`, the dense layers' M)."""
 
-    fqn: str  # "layers.0.moe.experts.{0..7}.w1"
+    fqn: str  # "layers.0.moe.experts.*.w1"
     K: int
     N: int
     tokens: int

@@ -24,7 +24,7 @@ _PROBE_SEQ = 16
 @dataclass(frozen=True)
 class TracedModel:
     """The model's layers at the traced tokens, and its Linear layers and 3-D expert weights (groups = E) as
-    the check needs them, in the model's module order."""
+    the check needs them, in the model's module order; its experts held as nn.Linear, one unit per GEMM."""
 
     model_layers: object  # fp8advisor.inspect.records.ModelLayers
     layers: tuple[ModelLinear, ...]
@@ -141,7 +141,7 @@ def _expert_weights(model_layers, gemms, model, config) -> tuple[ModelLinear, ..
         converted = members in in_float8
         for gemm in group.gemms:
             seen = expert_gemm_in_trace(gemms, gemm.K, gemm.N, group.n_experts)
-            M, batch, groups = seen or (group.M_total or group.tokens, 1, group.n_experts)
+            M, batch, split = seen or (group.M_total or group.tokens, 1, group.n_experts)
             entries.append(
                 ModelLinear(
                     gemm.fqns[0],
@@ -149,7 +149,7 @@ def _expert_weights(model_layers, gemms, model, config) -> tuple[ModelLinear, ..
                     gemm.K,
                     gemm.N,
                     converted,
-                    groups=groups,
+                    groups=split,
                     bf16_weight_gradient=bf16_weight_gradient,
                     batch=batch,
                 )
