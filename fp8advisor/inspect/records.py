@@ -135,6 +135,12 @@ class ExpertGroup:
     def member_fqns(self) -> tuple[str, ...]:
         return tuple(fqn for gemm in self.gemms for fqn in gemm.fqns)
 
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The FQNs that convert together, as `ExpertAdvice.members` names them
+        (`frameworks.formats.expert_modules` reads either)."""
+        return self.member_fqns
+
     def to_json(self) -> dict:
         per_expert = self.M_per_expert
         return {

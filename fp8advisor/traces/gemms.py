@@ -70,8 +70,8 @@ class ShapeGroup:
         return text + (f" in {self.groups} groups" if self.groups > 1 else "")
 
     @classmethod
-    def of_layer(cls, M: int, K: int, N: int) -> ShapeGroup:
-        return cls(tuple(sorted((M, K, N))))  # type: ignore[arg-type]
+    def of_layer(cls, M: int, K: int, N: int, batch: int = 1, groups: int = 1) -> ShapeGroup:
+        return cls(tuple(sorted((M, K, N))), batch, groups)  # type: ignore[arg-type]
 
 
 def gemm_shape(op_name: str, dims: tuple | None) -> GemmShape | None:

@@ -51,8 +51,7 @@ class ModelLinear:
 
     @property
     def group(self) -> ShapeGroup:
-        sizes = tuple(sorted((self.M, self.K, self.N)))
-        return ShapeGroup(sizes, self.batch, self.groups)  # type: ignore[arg-type]
+        return ShapeGroup.of_layer(self.M, self.K, self.N, self.batch, self.groups)
 
     @property
     def forward_shape(self) -> GemmShape:

@@ -132,13 +132,12 @@ def _expert_weights(model_layers, gemms, model, config) -> tuple[ModelLinear, ..
     groups = [group for group in model_layers.expert_groups if group.form is ExpertForm.GROUPED]
     if not groups:
         return ()
-    named = [_Members(frozenset(group.member_fqns)) for group in groups]
-    in_float8 = set(groups_in_float8(model, config, named)) if config is not None else set()
+    in_float8 = set(groups_in_float8(model, config, groups)) if config is not None else set()
     recipe = config.recipe if config is not None else None
     bf16_weight_gradient = recipe is not None and recipe.is_mx and recipe.grad_weight_in_bf16
     entries = []
-    for group, members in zip(groups, named, strict=True):
-        converted = members in in_float8
+    for group in groups:
+        converted = group in in_float8
         for gemm in group.gemms:
             seen = expert_gemm_in_trace(gemms, gemm.K, gemm.N, group.n_experts)
             M, batch, split = seen or (group.M_total or group.tokens, 1, group.n_experts)
@@ -155,13 +154,6 @@ def _expert_weights(model_layers, gemms, model, config) -> tuple[ModelLinear, ..
                 )
             )
     return tuple(entries)
-
-
-@dataclass(frozen=True)
-class _Members:
-    """An expert group as `convert_experts` takes it: the FQNs of its 3-D weights."""
-
-    members: frozenset[str]
 
 
 def _linears(model_layers) -> list:
